@@ -1,0 +1,2 @@
+# Collects every lesson page under docs/ as a test (see lessonlib/engine/pytest_plugin.py).
+pytest_plugins = ["lessonlib.engine.pytest_plugin"]

@@ -1,0 +1,136 @@
+"""Split a lesson page into prose and executable blocks, keeping Markdown line numbers.
+
+markdown-it-py finds the fences; its indented-code rule is disabled so that fences nested in
+admonitions, tabs and lists (indented by four spaces) are found too.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+
+from markdown_it import MarkdownIt
+
+from lessonlib.engine.errors import LessonError
+
+FLAGS = {"hide-code", "hide-output"}
+KEYED = {"caption", "timeout"}
+
+_md = MarkdownIt("commonmark").disable("code")
+# Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
+# an inline value is a single-backtick span `{py} expr` or `{py} expr:spec`.
+CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
+_INLINE_VALUE = re.compile(r"\{py\}\s+(.+?)\s*")
+_FORMAT_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?\d*[,_]?(?:\.\d+)?[bcdeEfFgGnosxX%]?")
+
+
+@dataclass(frozen=True)
+class Block:
+    kind: str  # "exec" or "pycon"
+    code: str  # dedented source
+    options: dict[str, str] = field(hash=False)
+    start: int  # 0-based index of the opening fence line
+    end: int  # 0-based index one past the closing fence line
+    indent: str  # whitespace before the fence marker
+
+    @property
+    def first_line(self) -> int:
+        """1-based Markdown line of the block's first code line."""
+        return self.start + 2
+
+    @property
+    def timeout(self) -> float | None:
+        return float(self.options["timeout"]) if "timeout" in self.options else None
+
+
+@dataclass(frozen=True)
+class Inline:
+    source: str  # text between `{py} and the closing backtick, e.g. "cos:.4f"
+    expr: str
+    spec: str
+    line: int  # 1-based Markdown line
+
+
+@dataclass(frozen=True)
+class ParsedPage:
+    path: str  # as shown in messages, e.g. docs/lessons/rnn.md
+    lines: list[str]  # the page's lines, with their line endings
+    blocks: list[Block]
+    inlines: list[Inline]
+    prose: list[bool]  # per line: True outside every fence
+
+    @property
+    def executable(self) -> bool:
+        return bool(self.blocks or self.inlines)
+
+
+def parse_page(text: str, path: str) -> ParsedPage:
+    lines = text.splitlines(keepends=True)
+    prose = [True] * len(lines)
+    blocks = []
+    for token in _md.parse(text):
+        if token.type != "fence" or token.map is None:
+            continue
+        start, end = token.map
+        for i in range(start, min(end, len(lines))):
+            prose[i] = False
+        kind, options = _classify(token.info, path, start + 1)
+        if kind:
+            fence_line = lines[start]
+            indent = fence_line[: len(fence_line) - len(fence_line.lstrip())]
+            blocks.append(Block(kind, token.content, options, start, end, indent))
+    inlines = [
+        _inline(source, i + 1)
+        for i, line in enumerate(lines)
+        if prose[i]
+        for span in CODE_SPAN.finditer(line)
+        if (source := inline_source(span))
+    ]
+    return ParsedPage(path, lines, blocks, inlines, prose)
+
+
+def inline_source(span: re.Match[str]) -> str | None:
+    """The source of an inline value (``expr`` or ``expr:spec``) if this code span is one."""
+    value = _INLINE_VALUE.fullmatch(span.group(2)) if span.group(1) == "`" else None
+    return value.group(1) if value else None
+
+
+def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:
+    words = info.split(maxsplit=2)
+    if words[:1] == ["pycon"]:
+        return "pycon", {}
+    if words[:2] != ["python", "exec"]:
+        return None, {}
+    try:
+        items = shlex.split(words[2]) if len(words) > 2 else []
+    except ValueError as e:
+        raise LessonError(path, line, f"cannot read the options of this block: {e}") from None
+    options: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if (eq and key in KEYED) or (not eq and key in FLAGS):
+            options[key] = value
+        else:
+            known = ", ".join(sorted(FLAGS) + [f"{k}=..." for k in sorted(KEYED)])
+            raise LessonError(path, line, f"unknown block option {item!r} (known: {known})")
+    if "timeout" in options:
+        try:
+            float(options["timeout"])
+        except ValueError:
+            raise LessonError(path, line, f"timeout must be a number of seconds, not {options['timeout']!r}") from None
+    return "exec", options
+
+
+def _inline(source: str, line: int) -> Inline:
+    expr, colon, spec = source.rpartition(":")
+    if colon and _FORMAT_SPEC.fullmatch(spec) and _is_expression(expr):
+        return Inline(source, expr.strip(), spec, line)
+    return Inline(source, source.strip(), "", line)
+
+
+def _is_expression(text: str) -> bool:
+    try:
+        compile(text.strip(), "<inline>", "eval")
+    except SyntaxError:
+        return False
+    return True

@@ -1,0 +1,46 @@
+"""The pytest door: every page under docs/ with exec or pycon blocks is one test item.
+
+Each item runs its page afresh (the cache is not read; memoized experiments rerun too) and
+stores the result, so a site build later in the same test run is warm.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.page import execute_page
+from lessonlib.engine.plugin import load_settings
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    docs = Path(parent.config.rootpath) / "docs"
+    if file_path.suffix == ".md" and docs in file_path.parents:
+        rel = file_path.relative_to(parent.config.rootpath).as_posix()
+        if parse_page(file_path.read_text(encoding="utf-8"), rel).executable:
+            return LessonFile.from_parent(parent, path=file_path)
+    return None
+
+
+class LessonFile(pytest.File):
+    def collect(self):
+        yield LessonItem.from_parent(self, name="executes")
+
+
+class LessonItem(pytest.Item):
+    def runtest(self) -> None:
+        root = Path(self.config.rootpath)
+        settings = replace(load_settings(root / "mkdocs.yml"), execute=True, refresh=True)
+        rel = self.path.relative_to(root).as_posix()
+        execute_page(self.path.read_text(encoding="utf-8"), rel, settings)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, LessonError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: every block, doctest, assert and inline value"

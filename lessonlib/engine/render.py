@@ -1,0 +1,86 @@
+"""Pure rendering: the page's prose plus its outputs, back to Markdown."""
+from __future__ import annotations
+
+import base64
+import html
+import re
+
+from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source
+from lessonlib.engine.session import BlockOutput
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
+
+
+def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str, str] | None, footer: str = "") -> str:
+    """Outputs None: nothing was run (code shown, inline expressions shown as code)."""
+    out: list[str] = []
+    starts = {b.start: (i, b) for i, b in enumerate(page.blocks)}
+    i = 0
+    while i < len(page.lines):
+        if i in starts:
+            index, block = starts[i]
+            out.extend(_block(page, block, outputs[index] if outputs else None))
+            i = block.end
+            continue
+        out.append(render_line(page, i, values))
+        i += 1
+    text = "".join(out)
+    return f"{text.rstrip()}\n\n{footer}\n" if footer else text
+
+
+def render_line(page: ParsedPage, i: int, values: dict[str, str] | None) -> str:
+    """Line i of the page, with inline values filled in when it is prose."""
+    return substitute_inline(page.lines[i], values) if page.prose[i] else page.lines[i]
+
+
+def substitute_inline(line: str, values: dict[str, str] | None) -> str:
+    def replace(span: re.Match[str]) -> str:
+        source = inline_source(span)
+        if source is None:
+            return span.group(0)
+        if values is None:
+            return f"`{source}`"
+        return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(values[source], quote=False))
+
+    return CODE_SPAN.sub(replace, line)
+
+
+def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[str]:
+    source = page.lines[block.start : block.end]
+    if block.kind == "pycon":
+        return source
+    lines: list[str] = []
+    if "hide-code" not in block.options or output is None:
+        marker = re.match(r"\s*(`{3,}|~{3,})", source[0]).group(1)
+        lines += [f"{block.indent}{marker}python\n", *source[1:]]
+        if not source[-1].endswith("\n"):
+            lines[-1] += "\n"
+    if output is None:
+        return lines
+    pieces: list[str] = []
+    if output.text and "hide-output" not in block.options:
+        pieces.append(_text_output(output.text))
+    pieces += [_figure(f.svg, f.alt) for f in output.figures]
+    for piece in pieces:
+        lines.append("\n")
+        lines += [f"{block.indent}{row}\n" if row else "\n" for row in piece.split("\n")]
+    if pieces:
+        lines.append("\n")
+    return lines
+
+
+def _text_output(text: str) -> str:
+    # A fence longer than any backtick run inside, so output can never close it early;
+    # inside a fence everything, <script> included, is shown as text.
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f'{fence} {{ .text .lessonlib-output title="Output" }}\n{text.rstrip()}\n{fence}'
+
+
+def _figure(svg: str, alt: str) -> str:
+    data = base64.b64encode(svg.encode()).decode()
+    alt = html.escape(alt, quote=True)
+    return (
+        f'<figure class="lessonlib-figure"><img src="data:image/svg+xml;base64,{data}" alt="{alt}">'
+        f'<figcaption aria-hidden="true">{alt}</figcaption></figure>'
+    )
