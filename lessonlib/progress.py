@@ -5,7 +5,7 @@ import sys
 from collections.abc import Iterable
 from typing import TypeVar
 
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from markdown_it import MarkdownIt
 
 from lessonlib.engine.errors import LessonError
 
-FLAGS = {"hide-code", "hide-output"}
+FLAGS = {"hide-code", "hide-output", "html"}
 KEYED = {"caption", "timeout"}
 
 _md = MarkdownIt("commonmark").disable("code")

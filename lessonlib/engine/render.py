@@ -58,7 +58,10 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
     if output is None:
         return lines
     pieces: list[str] = []
-    if output.text and "hide-output" not in block.options:
+    if output.text and "html" in block.options:
+        # Opt-in markup (widgets): one HTML block, so no blank lines inside it.
+        pieces.append("\n".join(row for row in output.text.splitlines() if row.strip()))
+    elif output.text and "hide-output" not in block.options:
         pieces.append(_text_output(output.text))
     pieces += [_figure(f.svg, f.alt) for f in output.figures]
     for piece in pieces:

@@ -63,7 +63,7 @@ class Session:
                 except LessonError:
                     raise
                 except BlockTimeout as e:
-                    raise self._located(e, f"block timed out after {seconds:g} s", block) from None
+                    raise self._located(e, f"block timed out after {seconds:g} s", block, callees=False) from None
                 except Exception as e:
                     raise self._located(e, f"{type(e).__name__}: {e}", block) from None
         svgs = figures.take_figures()
@@ -95,16 +95,19 @@ class Session:
             line = block.first_line + f.example.lineno
             raise LessonError(self.path, line, f.message, f.detail) from None
 
-    def _located(self, exc: Exception, message: str, block: Block) -> LessonError:
-        """Name the page line that raised, with a traceback that starts in the page's code."""
-        tb = exc.__traceback__
-        while tb and tb.tb_frame.f_code.co_filename != self.path:
-            tb = tb.tb_next
-        page_lines = [f.lineno for f, _ in traceback.walk_tb(tb) if f.f_code.co_filename == self.path]
+    def _located(self, exc: Exception, message: str, block: Block, callees: bool = True) -> LessonError:
+        """Name the page line that raised, with a traceback that starts in the page's code
+        (and, for a timeout, ends there too: the engine's alarm handler is no news to an author)."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        first = next((i for i, f in enumerate(frames) if f.filename == self.path), len(frames))
+        frames = traceback.StackSummary.from_list(
+            [f for f in frames[first:] if callees or f.filename == self.path]
+        )
+        page_lines = [f.lineno for f in frames if f.filename == self.path]
         line = page_lines[-1] if page_lines else block.start + 1
         if isinstance(exc, AssertionError) and not str(exc):
             message = f"assertion failed: {linecache.getline(self.path, line).strip()}"
-        detail = "".join(traceback.format_exception(type(exc), exc, tb)) if tb else ""
+        detail = "Traceback (most recent call last):\n" + "".join(frames.format()) if frames else ""
         return LessonError(self.path, line, message, detail)
 
 

@@ -1,0 +1,212 @@
+"""The executor on small pages: outputs, figures, inline values, doctests and located errors."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.page import Settings, execute_page
+
+PATH = "docs/fixture.md"
+
+
+def run(text: str, **settings):
+    return execute_page(textwrap.dedent(text), PATH, Settings(**settings))
+
+
+def error_of(text: str, **settings) -> LessonError:
+    with pytest.raises(LessonError) as info:
+        run(text, **settings)
+    return info.value
+
+
+def test_blocks_share_one_namespace_and_stdout_stderr_are_shown():
+    result = run(
+        """\
+        ```python exec
+        import sys
+        x = 41
+        print("out")
+        print("err", file=sys.stderr)
+        ```
+
+        ```python exec
+        print(x + 1)
+        ```
+        """
+    )
+    blocks, _ = result.outputs
+    assert blocks[0].text == "out\nerr\n"
+    assert blocks[1].text == "42\n"
+    assert "```python\nimport sys" in result.markdown and "python exec" not in result.markdown
+    assert "42" in result.markdown
+
+
+def test_each_page_starts_from_the_same_seed():
+    page = "```python exec\nimport torch\nprint(torch.rand(3).tolist())\n```\n"
+    first, second = run(page).outputs[0][0].text, run(page).outputs[0][0].text
+    assert first == second
+
+
+def test_hide_code_and_hide_output():
+    result = run(
+        """\
+        ```python exec hide-code
+        print("visible output")
+        ```
+
+        ```python exec hide-output
+        print("invisible output")
+        ```
+        """
+    )
+    assert "visible output" in result.markdown and 'print("visible output")' not in result.markdown
+    assert 'print("invisible output")' in result.markdown
+    assert "invisible output\n" not in result.markdown.replace('print("invisible output")', "")
+
+
+def test_unknown_option_is_an_error_at_the_fence():
+    error = error_of("text\n\n```python exec hide-everything\npass\n```\n")
+    assert str(error).startswith(f"{PATH}:3: unknown block option 'hide-everything'")
+
+
+def test_figures_are_captured_as_deterministic_svg_with_alt_text():
+    page = """\
+    ```python exec caption="A rising line."
+    import matplotlib.pyplot as plt
+    plt.plot([0, 1], [0, 1])
+    ```
+    """
+    first, second = run(page), run(page)
+    figure = first.outputs[0][0].figures[0]
+    assert figure.alt == "A rising line."
+    assert figure.svg.lstrip().startswith("<?xml") and "<svg" in figure.svg
+    assert "Date" not in figure.svg
+    assert figure.svg == second.outputs[0][0].figures[0].svg
+    assert 'alt="A rising line."' in first.markdown and "data:image/svg+xml;base64," in first.markdown
+
+
+def test_a_figure_without_caption_is_an_error():
+    error = error_of("# t\n\n```python exec\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n")
+    assert str(error).startswith(f"{PATH}:3: this block makes a figure but has no alt text")
+
+
+def test_inline_values_with_format_specs():
+    result = run(
+        """\
+        ```python exec
+        import math
+        cos = math.cos(1.0)
+        items = {"a": [1, 2, 3]}
+        ```
+
+        cos(1) is `{py} cos:.4f`, plain `{py} cos`, sliced `{py} items["a"][1:]`, big `{py} 1234567:,`.
+        Literal syntax stays: `` `{py} cos` ``, and `code` is untouched.
+        """
+    )
+    assert "cos(1) is 0.5403, plain 0.5403023058681398, sliced \\[2, 3\\], big 1,234,567." in result.markdown
+    assert "`` `{py} cos` ``" in result.markdown and "`code`" in result.markdown
+
+
+def test_inline_values_are_escaped_text():
+    result = run('```python exec\ns = "<b>*x*</b>"\n```\n\nvalue: `{py} s`\n')
+    assert "value: &lt;b&gt;\\*x\\*&lt;/b&gt;" in result.markdown
+
+
+def test_an_inline_value_that_raises_names_its_own_line():
+    error = error_of("```python exec\nx = 1\n```\n\nfine `{py} x`\n\nbroken `{py} y + 1`\n")
+    assert str(error).startswith(f"{PATH}:7: inline value `y + 1`: NameError")
+
+
+def test_block_output_with_html_stays_text():
+    result = run('```python exec\nprint("<script>alert(1)</script> ```")\n```\n')
+    fence_start = result.markdown.index("````")  # longer than the backticks printed
+    assert "<script>alert(1)</script> ```" in result.markdown[fence_start:]
+
+
+def test_html_option_inserts_markup_for_widgets():
+    result = run('```python exec hide-code html\nprint("<div id=\'w\'>\\n\\n<b>hi</b></div>")\n```\n')
+    assert "<div id='w'>\n<b>hi</b></div>" in result.markdown and "```" not in result.markdown
+
+
+def test_pycon_match_with_ellipsis_and_whitespace():
+    run(
+        """\
+        ```pycon
+        >>> list(range(20))
+        [0, 1, ..., 19]
+        >>> print("a   b")
+        a b
+        ```
+        """
+    )
+
+
+def test_pycon_mismatch_names_the_example_line_with_a_diff():
+    error = error_of("# t\n\n```pycon\n>>> 1 + 1\n2\n>>> 2 + 2\n5\n```\n")
+    assert str(error).startswith(f"{PATH}:6: pycon output differs for >>> 2 + 2")
+    assert "Expected:\n    5\nGot:\n    4" in error.detail
+
+
+def test_pycon_exception_names_the_example_line():
+    error = error_of("```pycon\n>>> 1\n1\n>>> undefined_name\n```\n")
+    assert str(error).startswith(f"{PATH}:4: NameError")
+
+
+NESTED = {
+    "top level": ("```python exec\nx = 1\nraise ValueError('boom')\n```\n", 3),
+    "admonition": ('!!! note "n"\n\n    ```python exec\n    x = 1\n    raise ValueError("boom")\n    ```\n', 5),
+    "tab": ('=== "A"\n\n    text\n\n    ```python exec\n    raise ValueError("boom")\n    ```\n', 6),
+    "list": ("- item\n\n    ```python exec\n    x = 1\n\n    raise ValueError('boom')\n    ```\n", 6),
+}
+
+
+@pytest.mark.parametrize("where", NESTED)
+def test_errors_name_the_markdown_line_of_the_failing_statement(where):
+    text, line = NESTED[where]
+    error = error_of("# Title\n\n" + text)
+    assert str(error).startswith(f"{PATH}:{line + 2}: ValueError: boom")
+    assert 'File "docs/fixture.md"' in error.detail and "session.py" not in error.detail
+
+
+def test_error_inside_a_called_function_names_the_page_line_and_keeps_the_callee():
+    error = error_of("```python exec\ndef f():\n    return 1 / 0\n\nf()\n```\n")
+    assert str(error).startswith(f"{PATH}:3: ZeroDivisionError")
+
+
+def test_failed_assert_shows_the_statement():
+    error = error_of("```python exec\nx = 2\nassert x == 3\n```\n")
+    assert str(error).startswith(f"{PATH}:3: assertion failed: assert x == 3")
+    assert str(error_of("```python exec\nassert False, 'why'\n```\n")).startswith(f"{PATH}:2: AssertionError: why")
+
+
+def test_syntax_error_is_located():
+    error = error_of("# t\n\n```python exec\nx = 1\nx = = 2\n```\n")
+    assert str(error).startswith(f"{PATH}:5: SyntaxError")
+
+
+def test_a_hung_block_times_out_at_its_line():
+    text = "```python exec timeout=0.3\nimport time\nwhile True:\n    time.sleep(0.01)\n```\n"
+    error = error_of(text, timeout=60)
+    assert str(error).startswith(f"{PATH}:4: block timed out after 0.3 s")
+    error = error_of("```python exec\nwhile True:\n    pass\n```\n", timeout=0.3)
+    assert "timed out after 0.3 s" in str(error)
+
+
+def test_execution_off_shows_code_and_runs_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    result = run(f"```python exec\nopen({str(marker)!r}, 'w')\n```\n\nvalue `{{py}} 1 + 1`\n", execute=False)
+    assert not marker.exists() and result.outputs is None
+    assert "```python\nopen(" in result.markdown and "value `1 + 1`" in result.markdown
+
+
+def test_splitting_finds_nested_fences_and_ignores_other_fences():
+    page = parse_page(
+        "```markdown\n`{py} not_evaluated`\n```python exec\n```\n\n~~~pycon\n>>> 1\n1\n~~~\n\n- item\n\n    ```python exec\n    y\n    ```\n",
+        PATH,
+    )
+    assert [b.kind for b in page.blocks] == ["pycon", "exec"]
+    assert page.blocks[1].first_line == 14 and page.blocks[1].indent == "    "
+    assert page.inlines == []
