@@ -44,9 +44,11 @@ def test_matches_sdpa(q_shape, k_shape, v_shape, scale, causal, device):
 
     # with the identity as values, SDPA hands back its attention weights
     eye = torch.eye(k.shape[-2], dtype=F64, device=device)
-    want_weights = F.scaled_dot_product_attention(q.detach(), k.detach(), eye, is_causal=causal, scale=sdpa_scale)
+    want_weights = F.scaled_dot_product_attention(q.detach(), k.detach(), eye,
+                                                  is_causal=causal, scale=sdpa_scale)
     assert_close(weights.detach(), want_weights, atol=1e-9, rtol=0)
-    assert_close(weights.sum(-1), torch.ones(weights.shape[:-1], dtype=F64, device=device), atol=1e-12, rtol=0)
+    ones = torch.ones(weights.shape[:-1], dtype=F64, device=device)
+    assert_close(weights.sum(-1), ones, atol=1e-12, rtol=0)  # each query's weights sum to 1
 
     proj = torch.randn_like(want)
     grads = torch.autograd.grad((context * proj).sum(), (q, k, v))

@@ -23,7 +23,8 @@ F64 = torch.float64
 def random_state(torch_cls, batch: int, hidden: int, device) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """A non-zero initial state in the form the module takes: h0, or (h0, c0) for the LSTM."""
     n = 2 if torch_cls is nn.LSTM else 1
-    state = tuple(torch.randn(1, batch, hidden, dtype=F64, device=device, requires_grad=True) for _ in range(n))
+    state = tuple(torch.randn(1, batch, hidden, dtype=F64, device=device, requires_grad=True)
+                  for _ in range(n))
     return state if n == 2 else state[0]
 
 
