@@ -52,18 +52,27 @@ def test_refresh_forces_a_run(tmp_path, settings):
     assert runs(log) == 2
 
 
-def test_a_change_in_lessonlib_sources_invalidates(tmp_path, settings, monkeypatch):
+def test_a_change_in_a_lessonlib_module_the_page_imports_invalidates_it_and_only_it(tmp_path, settings, monkeypatch):
     source = tmp_path / "lessonlib"
-    source.mkdir()
-    (source / "model.py").write_text("def f():\n    return 1\n")
+    (source / "engine").mkdir(parents=True)
+    (source / "__init__.py").write_text("")
+    (source / "model.py").write_text("from lessonlib.helpers import twice\n")
+    (source / "helpers.py").write_text("def twice(x):\n    return 2 * x\n")
+    (source / "unrelated.py").write_text("x = 1\n")
     monkeypatch.setattr(cache_module, "SOURCE_ROOT", source)
     log = tmp_path / "log"
-    execute_page(page_with_side_effect(log), PATH, settings)
-    execute_page(page_with_side_effect(log), PATH, settings)
+    # The import is only read, never executed: the key follows the page's lessonlib imports.
+    uses_model = "\n\ndef _uses():\n    from lessonlib import model"
+    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
+    (source / "unrelated.py").write_text("x = 2\n")
+    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
     assert runs(log) == 1
-    (source / "model.py").write_text("def f():\n    return 2\n")
-    execute_page(page_with_side_effect(log), PATH, settings)
-    assert runs(log) == 2
+    (source / "helpers.py").write_text("def twice(x):\n    return x + x\n")
+    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
+    assert runs(log) == 2, "a module imported through another one counts too"
+    (source / "engine" / "session.py").write_text("# changed\n")
+    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
+    assert runs(log) == 3, "the engine's own sources count for every page"
 
 
 def test_a_changed_pinned_version_invalidates(tmp_path, settings, monkeypatch):

@@ -1,11 +1,13 @@
 """Page cache, keyed on code only (jupyter-cache style): never on prose, never on file times.
 
-A key covers the page's blocks and their options, its inline expressions, lessonlib's own
-sources, the pinned library versions, the device and the seed. Entries carry a checksum, are
+A key covers the page's blocks and their options, its inline expressions, the sources of the
+lessonlib modules the page imports (found statically, with their own lessonlib imports) and of
+the engine, the pinned library versions, the device and the seed. Entries carry a checksum, are
 written atomically, and exist only for complete, successful runs.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -27,24 +29,65 @@ PageOutputs = tuple[list[BlockOutput], dict[str, str]]  # per-block outputs, inl
 
 
 def environment_fingerprint() -> str:
-    """Everything outside the page that can change its outputs."""
-    h = hashlib.sha256()
-    for path in sorted(SOURCE_ROOT.rglob("*.py")):
-        h.update(path.relative_to(SOURCE_ROOT).as_posix().encode())
-        h.update(path.read_bytes())
+    """What every page depends on: the engine, the pinned versions, the device, the seed."""
     versions = {name: version(name) for name in PACKAGES}
     facts = [FORMAT, platform.python_version(), versions, str(lessonlib.device()), SEED]
-    h.update(json.dumps(facts, sort_keys=True).encode())
-    return h.hexdigest()
+    engine = sorted((SOURCE_ROOT / "engine").glob("*.py")) + [SOURCE_ROOT / "__init__.py"]
+    return _hash_sources(engine, json.dumps(facts, sort_keys=True))
 
 
 def page_key(page: ParsedPage, environment: str) -> str:
-    code = {
-        "blocks": [[b.kind, b.code, sorted(b.options.items())] for b in page.blocks],
-        "inline": [i.source for i in page.inlines],
-        "environment": environment,
-    }
-    return hashlib.sha256(json.dumps(code, sort_keys=True).encode()).hexdigest()
+    blocks = [[b.kind, b.code, sorted(b.options.items())] for b in page.blocks]
+    inline = [i.source for i in page.inlines]
+    code = "\n".join(b.code for b in page.blocks) + "\n" + "\n".join(i.expr for i in page.inlines)
+    modules = _hash_sources(lessonlib_modules(code), "")
+    return hashlib.sha256(json.dumps([blocks, inline, modules, environment]).encode()).hexdigest()
+
+
+def code_fingerprint(module: str) -> str:
+    """The sources of one lessonlib module and of the lessonlib modules it imports."""
+    return _hash_sources(lessonlib_modules(f"import {module}"), "")
+
+
+def lessonlib_modules(code: str) -> list[Path]:
+    """Source files of the lessonlib modules that `code` imports, directly or through each other."""
+    found: set[Path] = set()
+    pending = [code]
+    while pending:
+        for path in _imported_files(pending.pop()):
+            if path not in found:
+                found.add(path)
+                pending.append(path.read_text(encoding="utf-8"))
+    return sorted(found)
+
+
+def _imported_files(code: str) -> list[Path]:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []  # the run will report it, with its line
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    files = []
+    for name in names:
+        parts = name.split(".")
+        if parts[0] != "lessonlib":
+            continue
+        base = SOURCE_ROOT.joinpath(*parts[1:])
+        files += [p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()]
+    return files
+
+
+def _hash_sources(paths: list[Path], extra: str) -> str:
+    h = hashlib.sha256(extra.encode())
+    for path in paths:
+        h.update(path.relative_to(SOURCE_ROOT).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 class PageCache:

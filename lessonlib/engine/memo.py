@@ -1,7 +1,8 @@
 """Memoize expensive experiment functions across builds (joblib.Memory).
 
-Keyed by the function's arguments and source; the store lives under a folder named by the
-environment fingerprint, so a change anywhere in lessonlib or in a pinned version starts afresh.
+Keyed by the function's arguments and source (joblib), under a folder named by the environment
+fingerprint and by the sources of the function's module and every lessonlib module it imports:
+editing a helper the experiment calls, or changing a pinned version, starts afresh.
 Outside a page run (or when re-execution is forced) the function simply runs.
 """
 from __future__ import annotations
@@ -22,9 +23,12 @@ _location: ContextVar[Path | None] = ContextVar("memo_location", default=None)
 def memo(func: F) -> F:
     @functools.wraps(func)
     def wrapper(*args, **kwargs):
-        location = _location.get()
-        if location is None:
+        from lessonlib.engine.cache import code_fingerprint  # cache imports lessonlib, which imports us
+
+        root = _location.get()
+        if root is None:
             return func(*args, **kwargs)
+        location = root / code_fingerprint(func.__module__)[:16]
         return joblib.Memory(location, verbose=0).cache(func)(*args, **kwargs)
 
     return wrapper  # type: ignore[return-value]

@@ -36,6 +36,8 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> nbformat.Noteb
         line = block.end
     prose += [render_line(page, i, values) for i in range(line, len(page.lines))]
     flush()
+    for number, cell in enumerate(cells):
+        cell.id = f"cell-{number}"  # nbformat's ids are random; the same page must export the same bytes
     notebook = v4.new_notebook(cells=cells)
     notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     return notebook

@@ -1,0 +1,155 @@
+"""The three doors over one executor: the MkDocs build, the CLI, and notebook export,
+on small fixture sites built in a temporary folder."""
+from __future__ import annotations
+
+import filecmp
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MKDOCS_YML = """\
+site_name: Fixture
+strict: true
+theme: {name: material, font: false}
+plugins:
+  - search
+  - lessonlib:
+      timeout: 60
+      cache_dir: .cache
+markdown_extensions: [admonition, pymdownx.superfences, attr_list]
+"""
+GOOD = """\
+# Good
+
+```python exec caption="A line that rises from 0 to 1."
+import matplotlib.pyplot as plt
+plt.plot([0, 1])
+print("hello from the good page")
+value = 6 * 7
+```
+
+The value is `{py} value`.
+"""
+
+
+def make_site(tmp_path: Path, pages: dict[str, str]) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "mkdocs.yml").write_text(MKDOCS_YML)
+    for name, text in pages.items():
+        (tmp_path / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "docs" / name).write_text(text)
+    return tmp_path
+
+
+def command(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def build(site: Path) -> subprocess.CompletedProcess:
+    return command([sys.executable, "-m", "mkdocs", "build", "--strict"], site)
+
+
+def lessonlib_cli(site: Path, *args: str) -> subprocess.CompletedProcess:
+    return command([sys.executable, "-m", "lessonlib", *args], site)
+
+
+def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    result = build(site)
+    assert result.returncode == 0, result.stderr
+    assert "docs/good.md: ran 1 blocks" in result.stderr
+    html = (site / "site/good/index.html").read_text()
+    assert "hello from the good page" in html and "The value is 42." in html
+    assert 'alt="A line that rises from 0 to 1."' in html
+    notebook = nbformat.read(site / "site/good/good.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    assert [c.cell_type for c in notebook.cells] == ["markdown", "code", "markdown"]
+    assert "The value is 42." in notebook.cells[2].source
+
+    again = build(site)
+    assert "docs/good.md: from cache" in again.stderr
+
+
+FAILURES = {
+    # body, Markdown line of the failing statement (after 4 lines of front matter), message
+    "exception": ("```python exec\nx = 1\nraise RuntimeError('no')\n```\n", 7, "RuntimeError: no"),
+    "assert": ("```python exec\nx = 1\nassert x == 2\n```\n", 7, "assertion failed: assert x == 2"),
+    "pycon": ("```pycon\n>>> 1 + 1\n3\n```\n", 6, "pycon output differs"),
+    "syntax": ("```python exec\nx = (\n```\n", 6, "SyntaxError"),
+    "timeout": ("```python exec timeout=0.5\nimport time\ntime.sleep(30)\n```\n", 7, "block timed out after 0.5 s"),
+}
+
+
+@pytest.mark.parametrize("kind", FAILURES)
+def test_a_failing_page_stops_build_and_cli_with_its_line_and_is_not_published(tmp_path, kind):
+    body, line, message = FAILURES[kind]
+    site = make_site(tmp_path, {"index.md": "# Home\n", "sub/bad.md": f"---\ntitle: Bad\n---\n\n{body}"})
+    result = build(site)
+    assert result.returncode != 0
+    assert f"docs/sub/bad.md:{line}: {message}" in result.stderr
+    assert not (site / "site/sub/bad/index.html").exists()
+
+    cli = lessonlib_cli(site, "run", "docs/sub/bad.md")
+    assert cli.returncode == 1
+    assert cli.stderr.startswith(f"docs/sub/bad.md:{line}: {message}")
+
+
+def test_cli_prints_outputs_and_inline_values_and_exports_notebooks(tmp_path):
+    site = make_site(tmp_path, {"good.md": GOOD})
+    result = lessonlib_cli(site, "run", "docs/good.md")
+    assert result.returncode == 0, result.stderr
+    assert "hello from the good page" in result.stdout
+    assert "[figure: A line that rises from 0 to 1.]" in result.stdout
+    assert "docs/good.md:10 `{py} value` = 42" in result.stdout
+    exported = lessonlib_cli(site, "notebook", "docs/good.md", "-o", "good.ipynb")
+    assert exported.returncode == 0, exported.stderr
+    nbformat.validate(nbformat.read(site / "good.ipynb", as_version=4))
+    missing = lessonlib_cli(site, "run", "docs/missing.md")
+    assert missing.returncode == 2 and "no such page: docs/missing.md" in missing.stderr
+
+
+def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path):
+    trees = []
+    for name in ("a", "b"):
+        site = make_site(tmp_path / name, {"index.md": "# Home\n", "good.md": GOOD})
+        assert build(site).returncode == 0
+        trees.append(site / "site")
+    differing = sorted(_differences(filecmp.dircmp(trees[0], trees[1])))
+    assert differing == ["sitemap.xml.gz"], differing
+
+
+def _differences(cmp: filecmp.dircmp, prefix: str = ""):
+    for name in cmp.left_only + cmp.right_only:
+        yield prefix + name
+    _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
+    yield from (prefix + name for name in mismatch + errors)
+    for name, sub in cmp.subdirs.items():
+        yield from _differences(sub, f"{prefix}{name}/")
+
+
+def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usable(tmp_path):
+    slow = GOOD + "\n```python exec\nimport time\ntime.sleep(1.5)\n```\n"
+    site = make_site(tmp_path, {"good.md": slow})
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    args = [sys.executable, "-m", "lessonlib", "run", "docs/good.md"]
+    both = [subprocess.Popen(args, cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in both] == [0, 0]
+    assert "from cache" in lessonlib_cli(site, "run", "docs/good.md").stderr
+
+    changed = slow.replace("time.sleep(1.5)", "time.sleep(30)")
+    (site / "docs/good.md").write_text(changed)
+    victim = subprocess.Popen(args, cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(3)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    (site / "docs/good.md").write_text(slow)
+    after = lessonlib_cli(site, "run", "docs/good.md")
+    assert after.returncode == 0 and "from cache" in after.stderr
