@@ -1,0 +1,128 @@
+"""The lesson's drawn-by-code diagrams and shared plots: each returns a figure with the expected
+labels and artists, draws the same picture every time, and rejects inputs it cannot draw."""
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
+
+from lessonlib import diagrams, plots  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def texts(fig: Figure) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts] + [ax.get_title() for ax in fig.axes]
+
+
+def patches(fig: Figure, kind: type) -> list:
+    return [p for ax in fig.axes for p in ax.patches if isinstance(p, kind)]
+
+
+def svg(fig: Figure) -> str:
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.hashsalt": "test", "svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def test_unrolled_rnn_reads_the_words_in_order():
+    fig = diagrams.unrolled_rnn(("dog", "bites", "man"))
+    words = [t for t in texts(fig) if t in ("dog", "bites", "man")]
+    assert words == ["dog", "bites", "man"]
+    assert sum(t == "RNN cell" for t in texts(fig)) == 3
+    # per step: word -> cell and cell -> h_t; between steps: h_t -> next cell; plus h_0 in and the final state out
+    assert len(patches(fig, FancyArrowPatch)) == 3 * 2 + 2 + 2
+
+
+def test_unrolled_rnn_prints_the_given_states():
+    states = [[0.5, -0.25, 0.125], [0.0, 1.0, -1.0]]
+    fig = diagrams.unrolled_rnn(("man", "bites"), states=states)
+    joined = "\n".join(texts(fig))
+    assert "[0.50, \u22120.25, 0.12]" in joined
+    assert "[0.00, 1.00, \u22121.00]" in joined
+    with pytest.raises(ValueError, match="one state per word"):
+        diagrams.unrolled_rnn(("dog", "bites", "man"), states=states)
+
+
+def test_lstm_cell_has_three_gates_a_candidate_and_the_cell_line():
+    fig = diagrams.lstm_cell()
+    joined = "\n".join(texts(fig))
+    for label in ("forget f", "input i", "output o", "candidate g", "cell line", "$c_{t-1}$", "$c_t$", "$h_t$"):
+        assert label in joined, label
+    assert len(patches(fig, FancyBboxPatch)) == 5  # four gate boxes and the output tanh
+    assert len(patches(fig, Circle)) == 4  # forget multiply, add, input multiply, output multiply
+
+
+def test_recurrence_vs_attention_connects_causally():
+    n = 5
+    fig = diagrams.recurrence_vs_attention(n)
+    chain, attention = fig.axes
+    assert "chain" in chain.get_title() and "attention" in attention.get_title()
+    recurrent = [p for p in chain.patches if isinstance(p, FancyArrowPatch)]
+    assert len(recurrent) == n + (n - 1)  # x_t -> h_t, and h_t -> h_{t+1}
+    assert len(attention.lines) == n * (n + 1) // 2  # output i sees inputs 1..i: no line to the future
+    for line in attention.lines:  # every line runs from an input x_j up to an output z_i with j <= i
+        (x_in, x_out), _ = line.get_data()
+        assert x_in <= x_out
+
+
+def test_summary_table_states_every_verdict_in_words():
+    evidence = {("attention", "long-range learning"): "flat over 60 steps"}
+    fig = diagrams.summary_table(evidence)
+    joined = texts(fig)
+    for name in diagrams.SUMMARY_ROWS + diagrams.SUMMARY_COLUMNS:
+        assert name in joined
+    verdicts = [v for v, _ in diagrams.SUMMARY_VERDICTS.values()]
+    assert sorted(t for t in joined if t in ("solved", "partly", "open")) == sorted(verdicts)
+    assert "flat over 60 steps" in joined
+    assert len(patches(fig, Rectangle)) == len(diagrams.SUMMARY_ROWS) * len(diagrams.SUMMARY_COLUMNS)
+    with pytest.raises(KeyError):
+        diagrams.summary_table({("attention", "speed"): "fast"})
+
+
+@pytest.mark.parametrize("draw", [
+    lambda: diagrams.unrolled_rnn(),
+    diagrams.lstm_cell,
+    lambda: diagrams.recurrence_vs_attention(),
+    lambda: diagrams.summary_table(),
+])
+def test_diagrams_are_deterministic_on_white(draw):
+    first, second = draw(), draw()
+    assert first.get_facecolor()[:3] == (1.0, 1.0, 1.0)
+    assert svg(first) == svg(second)
+
+
+def test_gradient_plot_is_log_scale_with_one_labelled_curve_per_model():
+    reaches = {"rnn": torch.logspace(0, -10, 41), "attention": torch.full((41,), 0.05)}
+    fig = plots.gradient_plot(reaches)
+    (ax,) = fig.axes
+    assert ax.get_yscale() == "log"
+    assert [line.get_label() for line in ax.lines] == [plots.MODEL_LABELS["rnn"], plots.MODEL_LABELS["attention"]]
+
+
+def test_accuracy_plot_draws_a_mean_line_and_a_dot_per_seed():
+    models, lengths, seeds = ("rnn", "lstm_open"), (10, 30), (0, 1, 2)
+    acc = {(m, n, s): 0.5 + 0.1 * s for m in models for n in lengths for s in seeds}
+    fig = plots.accuracy_plot(acc, models, lengths, seeds)
+    (ax,) = fig.axes
+    means = [line for line in ax.lines if line.get_label() in plots.MODEL_LABELS.values()]
+    assert [line.get_ydata().tolist() for line in means] == [[0.6, 0.6], [0.6, 0.6]]
+    dots = sum(len(c.get_offsets()) for c in ax.collections)
+    assert dots == len(models) * len(lengths) * len(seeds)
+
+
+def test_tanh_plot_marks_the_slopes():
+    fig = plots.tanh_plot((0, 1, 2, 3))
+    joined = texts(fig)
+    for label in ("1", "0.42", "0.071", "0.0099"):
+        assert label in joined
