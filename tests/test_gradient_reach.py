@@ -1,0 +1,68 @@
+import pytest
+import torch
+
+from lessonlib.gradient_reach import MODELS, all_reaches, build, gradient_reach, jacobian_norms
+from lessonlib.lstm import LSTM
+from lessonlib.rnn import RNN
+
+LENGTH = 60
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # tiny tensors: a second OpenMP thread only adds waiting, badly so on a shared CPU
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def reach(device) -> dict[str, torch.Tensor]:
+    return all_reaches(LENGTH, seeds=(0, 1, 2), device=device)
+
+
+def test_shape_and_positivity(reach):
+    assert set(reach) == set(MODELS)
+    for r in reach.values():
+        assert r.shape == (LENGTH,)
+        assert torch.isfinite(r).all() and (r > 0).all()
+
+
+def test_deterministic(device):
+    for name in MODELS:
+        assert torch.equal(gradient_reach(name, 20, (3,), device), gradient_reach(name, 20, (3,), device))
+
+
+def test_rnn_decays_geometrically(reach):
+    log_r = reach["rnn"].log()
+    d = torch.arange(LENGTH, dtype=log_r.dtype)
+    # a straight line in log space: a constant factor lost per step
+    slope, intercept = torch.linalg.lstsq(torch.stack([d, torch.ones_like(d)], 1), log_r[:, None]).solution[:, 0]
+    assert slope < -0.3  # at least ~26% lost per step
+    residual = log_r - (slope * d + intercept)
+    assert residual.abs().max() < 0.2 * log_r.abs().max()  # and close to a line: no plateau
+    assert reach["rnn"][40] / reach["rnn"][0] < 1e-6
+
+
+def test_default_lstm_vanishes_open_gate_keeps(reach):
+    assert reach["lstm"][40] / reach["lstm"][0] < 1e-4
+    assert reach["lstm_open"][40] / reach["lstm_open"][0] > 0.1
+    assert reach["lstm_open"][40] > 1e5 * reach["lstm"][40]
+
+
+def test_attention_is_flat(reach):
+    far = reach["attention"][1:]  # distance 0 also supplies the query, so it is larger
+    assert far.max() / far.min() < 4
+    assert reach["attention"][0] > far.mean()
+    assert reach["attention"][LENGTH - 1] > 1e6 * reach["rnn"][LENGTH - 1]
+
+
+@pytest.mark.parametrize("name, ours", [("rnn", RNN), ("lstm", LSTM), ("lstm_open", LSTM)])
+def test_hand_written_cells_measure_the_same(name, ours, device):
+    torch.manual_seed(0)
+    model = build(name).to(device)
+    x = torch.randn(30, 16, device=device)
+    expected = jacobian_norms(model, x)
+    model.layer = ours.from_torch(model.layer)  # same weights, our step-by-step loop
+    torch.testing.assert_close(jacobian_norms(model, x), expected, rtol=1e-3, atol=0)
