@@ -1,0 +1,180 @@
+"""The built site in a real browser (Debian's Chromium driven by Playwright), as readers see it.
+
+The site is built once (the lesson pages ran earlier in the same test run, so the build is warm),
+served on 127.0.0.1, and every page is checked for what a reader needs: no errors, no request to
+any other host, images with alt text, rendered math, legible dark mode, no sideways scrolling on
+a phone. Screenshots land in test-artifacts/screenshots/.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
+PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
+
+pytestmark = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="no Chromium at /usr/bin/chromium (./scripts/test installs Debian's chromium)"
+)
+
+
+def site_pages() -> list[str]:
+    """Every page of the site, as the URL path MkDocs gives it."""
+    docs = ROOT / "docs"
+    pages = []
+    for path in sorted([*docs.rglob("*.md"), *docs.rglob("*.ipynb")]):
+        rel = path.relative_to(docs).with_suffix("").as_posix()
+        pages.append("" if rel == "index" else f"{rel}/")
+    return pages
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+    )
+    assert build.returncode == 0, build.stderr
+    return out
+
+
+@pytest.fixture(scope="session")
+def base_url(site: Path):
+    handler = functools.partial(_QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--disable-sync"],
+        )
+        yield browser
+        browser.close()
+
+
+class Reader:
+    """One browser tab that records console errors and every host it contacts."""
+
+    def __init__(self, browser, viewport=DESKTOP, **context_options) -> None:
+        self.context = browser.new_context(viewport=viewport, **context_options)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.hosts: set[str] = set()
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("request", lambda r: self.hosts.add(urlparse(r.url).hostname or urlparse(r.url).scheme))
+
+    def open(self, url: str):
+        self.page.goto(url, wait_until="networkidle")
+        return self.page
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def reader(browser):
+    reader = Reader(browser)
+    yield reader
+    reader.close()
+
+
+@pytest.mark.parametrize("path", site_pages())
+def test_every_page_reads_well(reader, base_url, path):
+    page = reader.open(base_url + path)
+    images = page.eval_on_selector_all(
+        "article img", "els => els.map(e => ({alt: e.alt, width: e.naturalWidth, src: e.src.slice(0, 40)}))"
+    )
+    for image in images:
+        assert image["width"] > 0, f"image did not load: {image}"
+        assert image["alt"].strip(), f"image without alt text: {image}"
+    math = page.eval_on_selector_all(".arithmatex", "els => els.map(e => !!e.querySelector('math'))")
+    assert all(math), "some math was not rendered to MathML"
+    text = page.evaluate(  # prose only: code may show TeX on purpose
+        "() => { const a = document.querySelector('article').cloneNode(true);"
+        " a.querySelectorAll('code, pre, script, style').forEach(e => e.remove()); return a.textContent; }"
+    )
+    for raw in ("\\(", "\\[", "$$", "\\frac", "\\tanh"):
+        assert raw not in text, f"raw TeX {raw!r} is visible"
+
+    page.click("[data-md-component=palette] label:not([hidden])")
+    assert page.get_attribute("body", "data-md-color-scheme") == "slate"
+    filters = page.eval_on_selector_all(".lessonlib-figure img", "els => els.map(e => getComputedStyle(e).filter)")
+    assert all(f != "none" for f in filters), "a figure is not restyled for the dark palette"
+
+    assert not reader.errors, reader.errors
+    assert reader.hosts <= {"127.0.0.1", "data"}, f"requests beyond this site: {reader.hosts}"
+
+
+@pytest.mark.parametrize("path", site_pages())
+def test_screenshots_and_no_sideways_scrolling_on_a_phone(browser, base_url, path):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    name = path.strip("/").replace("/", "-") or "home"
+    for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
+        reader = Reader(browser, viewport=viewport)
+        page = reader.open(base_url + path)
+        page.screenshot(path=str(ARTIFACTS / f"{name}-{label}.png"), full_page=True)
+        if label == "phone":
+            width = page.evaluate("document.documentElement.scrollWidth")
+            assert width <= viewport["width"], f"{path} scrolls sideways on a phone: {width}px wide"
+        reader.close()
+
+
+def test_every_notebook_download_is_a_valid_notebook(reader, base_url):
+    checked = 0
+    for path in site_pages():
+        page = reader.open(base_url + path)
+        for href in page.eval_on_selector_all("a[download], a[href$='.ipynb']", "els => els.map(e => e.href)"):
+            response = page.request.get(href)
+            assert response.ok, href
+            nbformat.validate(nbformat.reads(response.text(), as_version=4))
+            checked += 1
+    assert checked >= 2, "expected notebook downloads on the lessons and the exercise"
+
+
+def test_search_finds_the_forget_gate(reader, base_url):
+    page = reader.open(base_url)
+    page.click("label[for=__search]")
+    page.fill("input.md-search__input", "forget gate")
+    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    results = page.inner_text(".md-search-result")
+    assert "forget gate" in results.lower()
+
+
+def test_knowledge_check_answers_stay_hidden_until_asked(reader, base_url):
+    page = reader.open(base_url + "lessons/sequence-models/")
+    questions = page.locator("details.question")
+    assert questions.count() == 4
+    for i in range(4):
+        question = questions.nth(i)
+        answer = question.locator(":scope > :not(summary)").first
+        assert question.get_attribute("open") is None and not answer.is_visible()
+        question.locator("summary").click()
+        assert answer.is_visible()
