@@ -1,0 +1,100 @@
+import dataclasses
+
+import pytest
+import torch
+
+from lessonlib.memory_task import (
+    CLUES,
+    PROTOCOL,
+    MemoryModel,
+    Run,
+    build,
+    format_table,
+    make_batch,
+    sweep,
+    train,
+    validation_set,
+)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    # tiny tensors: a second OpenMP thread only adds waiting, badly so on a shared CPU
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_batch_label_is_the_first_token_and_the_rest_is_noise(device):
+    tokens, labels = make_batch(512, 30, torch.Generator().manual_seed(0), device)
+    assert tokens.shape == (512, 30) and labels.shape == (512,)
+    assert tokens.device.type == labels.device.type == device.type
+    assert tokens.dtype == labels.dtype == torch.long
+    assert torch.equal(tokens[:, 0], labels)
+    assert set(labels.tolist()) == {0, 1}  # both classes, and nothing else
+    noise = tokens[:, 1:]
+    assert noise.min() >= CLUES and noise.max() < PROTOCOL.vocab  # never a clue token
+    assert set(noise.unique().tolist()) == set(range(CLUES, PROTOCOL.vocab))  # every noise token is used
+
+
+def test_batches_are_deterministic_and_device_independent(device):
+    a = make_batch(64, 10, torch.Generator().manual_seed(7), device)
+    b = make_batch(64, 10, torch.Generator().manual_seed(7), device)
+    c = make_batch(64, 10, torch.Generator().manual_seed(7), "cpu")
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert torch.equal(a[0].cpu(), c[0]) and torch.equal(a[1].cpu(), c[1])
+    assert not torch.equal(a[0], make_batch(64, 10, torch.Generator().manual_seed(8), device)[0])
+
+
+def test_validation_set_depends_only_on_length():
+    assert torch.equal(validation_set(30)[0], validation_set(30)[0])
+    assert validation_set(30)[0].shape == (PROTOCOL.val_size, 30)
+
+
+def test_model_shapes_and_open_gate(device):
+    tokens, _ = make_batch(8, 12, torch.Generator().manual_seed(0), device)
+    for name in ("rnn", "lstm", "lstm_open"):
+        assert build(name, 0, device=device)(tokens).shape == (8, CLUES)
+    H = PROTOCOL.hidden
+    lstm, opened = build("lstm", 0).rnn, build("lstm_open", 0).rnn
+    for name in ("bias_ih_l0", "bias_hh_l0"):
+        assert (getattr(opened, name)[H : 2 * H] == 1.5).all()
+        assert torch.equal(getattr(opened, name)[:H], getattr(lstm, name)[:H])  # only the forget slice differs
+    with pytest.raises(ValueError):
+        MemoryModel("gru")
+
+
+def test_training_is_deterministic(device):
+    short = dataclasses.replace(PROTOCOL, steps=40)
+    first, second = train("lstm", 20, 3, short, device), train("lstm", 20, 3, short, device)
+    assert first == second  # same seed, same device: the same run to the last bit of accuracy
+    assert first.steps == 40
+
+
+def test_open_gate_lstm_solves_short_sequences_quickly(device):
+    run = train("lstm_open", 10, 0, dataclasses.replace(PROTOCOL, steps=200), device)
+    assert run.accuracy >= PROTOCOL.solved
+    assert run.steps < 200  # stopped early, by the solved rule
+
+
+def test_at_length_30_only_the_open_gate_lstm_remembers(device):
+    # the lesson's contrast under the full protocol: same length, same budget, different forget gate
+    assert train("lstm", 30, 0, PROTOCOL, device).accuracy < 0.6
+    assert train("lstm_open", 30, 0, PROTOCOL, device).accuracy >= PROTOCOL.solved
+
+
+def test_sweep_matches_train_and_does_not_depend_on_workers(device):
+    short = dataclasses.replace(PROTOCOL, steps=30)
+    kwargs = dict(models=("rnn", "lstm_open"), lengths=(10,), seeds=(0, 1), protocol=short, device=device)
+    results = sweep(**kwargs, progress=False, workers=1)
+    assert list(results) == [("rnn", 10, 0), ("rnn", 10, 1), ("lstm_open", 10, 0), ("lstm_open", 10, 1)]
+    assert results["lstm_open", 10, 1] == train("lstm_open", 10, 1, short, device)
+    if device.type == "cpu":  # worker processes, one thread each: the same numbers
+        assert sweep(**kwargs, progress=False, workers=2) == results
+    table = format_table(results)
+    assert len(table.splitlines()) == 3 and "lstm_open" in table
+
+
+def test_run_fields():
+    assert Run(0.5, 3).accuracy == 0.5 and Run(0.5, 3).steps == 3
