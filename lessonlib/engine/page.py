@@ -23,9 +23,11 @@ class Settings:
     refresh: bool = False  # run even on a cache hit, memoized experiments too (LESSONLIB_REFRESH=1)
 
     def with_environment(self) -> Settings:
-        """Apply the LESSONLIB_EXECUTE and LESSONLIB_REFRESH switches."""
+        """Apply the LESSONLIB_EXECUTE, LESSONLIB_REFRESH and LESSONLIB_CACHE_DIR switches."""
+        cache_dir = os.environ.get("LESSONLIB_CACHE_DIR")
         return replace(
             self,
+            cache_dir=Path(cache_dir) if cache_dir else self.cache_dir,
             execute=self.execute and os.environ.get("LESSONLIB_EXECUTE", "1") != "0",
             refresh=self.refresh or os.environ.get("LESSONLIB_REFRESH", "0") == "1",
         )
