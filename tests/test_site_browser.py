@@ -40,23 +40,20 @@ def site_pages() -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+def base_url(tmp_path_factory):
+    """Serve the built site on a free port of 127.0.0.1; the build is told that address, since
+    Material's instant navigation only follows links under site_url."""
+    site = tmp_path_factory.mktemp("site")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site)))
+    url = f"http://127.0.0.1:{server.server_port}/"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
     build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
     )
     assert build.returncode == 0, build.stderr
-    return out
-
-
-@pytest.fixture(scope="session")
-def base_url(site: Path):
-    handler = functools.partial(_QuietHandler, directory=str(site))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/"
+    yield url
     server.shutdown()
 
 
@@ -178,3 +175,87 @@ def test_knowledge_check_answers_stay_hidden_until_asked(reader, base_url):
         assert question.get_attribute("open") is None and not answer.is_visible()
         question.locator("summary").click()
         assert answer.is_visible()
+
+
+WALKTHROUGH = "lessons/sequences-to-attention/"
+
+
+def walkthrough_state(page) -> dict:
+    return page.evaluate(
+        """() => {
+        const w = document.querySelector('.lstm-walkthrough');
+        const part = name => w.querySelector('.lstm-walkthrough__' + name).textContent.trim();
+        const row = w.querySelector('tbody tr[aria-current=step]');
+        return {status: part('status'), result: part('result'), plugged: part('plugged'),
+                row: row && [...row.cells].map(c => c.textContent.trim()),
+                play: w.querySelector('button[data-action=play]').textContent.trim()};
+    }"""
+    )
+
+
+def assert_matches_table(state: dict) -> None:
+    title, formula, plugged, result = state["row"]
+    assert state["plugged"] == plugged and state["result"] == result, state
+
+
+def test_walkthrough_starts_paused_and_steps_by_mouse_and_keyboard_alone(reader, base_url):
+    page = reader.open(base_url + WALKTHROUGH)
+    first = walkthrough_state(page)
+    assert first["status"].startswith("Step 1 of ") and first["play"] == "Play"
+    page.wait_for_timeout(3000)
+    assert walkthrough_state(page)["status"] == first["status"], "it must not play by itself"
+    assert_matches_table(first)
+    total = int(first["status"].split(" of ")[1].split(":")[0])
+
+    page.click(".lstm-walkthrough button[data-action=next]")
+    assert walkthrough_state(page)["status"].startswith("Step 2 of ")
+    page.click(".lstm-walkthrough button[data-action=previous]")
+    assert walkthrough_state(page)["status"].startswith("Step 1 of ")
+
+    # Keyboard alone: Tab from the top of the page to the Next button, then Enter, Space and arrows.
+    page.evaluate("document.activeElement && document.activeElement.blur()")
+    for _ in range(300):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.dataset.action === 'next'"):
+            break
+    else:
+        pytest.fail("the Next button cannot be reached with Tab")
+    for n, key in enumerate(["Enter", " ", "ArrowRight"], start=2):
+        page.keyboard.press(key)
+        state = walkthrough_state(page)
+        assert state["status"].startswith(f"Step {min(n, total)} of "), (key, state)
+        assert_matches_table(state)
+    assert not reader.errors, reader.errors
+
+
+def test_walkthrough_shows_every_step_of_its_table(reader, base_url):
+    page = reader.open(base_url + WALKTHROUGH)
+    rows = page.locator(".lstm-walkthrough tbody tr").count()
+    assert rows >= 5
+    for n in range(1, rows + 1):
+        state = walkthrough_state(page)
+        assert state["status"].startswith(f"Step {n} of {rows}")
+        assert_matches_table(state)
+        page.click(".lstm-walkthrough button[data-action=next]")
+
+
+def test_walkthrough_table_alone_without_javascript(browser, base_url):
+    reader = Reader(browser, java_script_enabled=False)
+    page = reader.open(base_url + WALKTHROUGH)
+    assert page.locator(".lstm-walkthrough table").is_visible()
+    assert not page.locator(".lstm-walkthrough__player").is_visible()
+    reader.close()
+
+
+def test_walkthrough_works_after_instant_navigation(reader, base_url):
+    page = reader.open(base_url + WALKTHROUGH)
+    page.evaluate("window.__no_reload = true")
+    page.click("a.md-nav__link[href$='index.html'], a.md-nav__link[href='../..'], a.md-nav__link[href='../../']")
+    page.wait_for_load_state("networkidle")
+    assert page.url.rstrip("/") == base_url.rstrip("/")
+    page.click(f"a.md-nav__link[href$='{WALKTHROUGH}']")
+    page.wait_for_selector(".lstm-walkthrough__player:not([hidden])")
+    assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
+    page.click(".lstm-walkthrough button[data-action=next]")
+    assert walkthrough_state(page)["status"].startswith("Step 2 of ")
+    assert not reader.errors, reader.errors
