@@ -235,13 +235,13 @@ def summary_table(evidence: Mapping[tuple[str, str], str] | None = None) -> Figu
 
     Rows are SUMMARY_ROWS, columns SUMMARY_COLUMNS; each cell states its verdict in words
     ("solved", "partly", "open") with a short reason. `evidence` maps (row, column) to a short
-    measured fact from the lesson, written in bold-ish small print under the reason.
+    measured fact from the lesson (at most two short lines), written in small italics under the reason.
     """
     evidence = dict(evidence or {})
     unknown = set(evidence) - set(SUMMARY_VERDICTS)
     if unknown:
         raise KeyError(f"no such cells: {sorted(unknown)}")
-    cw, ch, head_w, head_h = 2.6, 1.55, 2.7, 0.7
+    cw, ch, head_w, head_h = 2.9, 1.9, 2.7, 0.7
     rows, cols = len(SUMMARY_ROWS), len(SUMMARY_COLUMNS)
     width, height = head_w + cols * cw, head_h + rows * ch
     fig, ax = _canvas(width * 0.92, height * 0.92, (-0.05, width + 0.05), (-0.05, height + 0.05))
@@ -257,12 +257,12 @@ def summary_table(evidence: Mapping[tuple[str, str], str] | None = None) -> Figu
             x = head_w + c * cw
             ax.add_patch(Rectangle((x + 0.06, y + 0.06), cw - 0.12, ch - 0.12, facecolor=fill, edgecolor=edge,
                                    linewidth=1.4))
-            ax.text(x + cw / 2, y + ch - 0.26, verdict, ha="center", va="center", fontsize=11, weight="bold",
+            ax.text(x + cw / 2, y + ch - 0.3, verdict, ha="center", va="center", fontsize=11, weight="bold",
                     color=TEXT)
             note = evidence.get((row, column))
-            ax.text(x + cw / 2, y + ch / 2 - 0.14 + (0.12 if note else 0), reason, ha="center", va="center",
-                    fontsize=9, color=TEXT, linespacing=1.1)
+            ax.text(x + cw / 2, y + ch / 2 + (0.08 if note else -0.1), reason, ha="center", va="center",
+                    fontsize=9.5, color=TEXT, linespacing=1.1)
             if note:
-                ax.text(x + cw / 2, y + 0.22, note, ha="center", va="center", fontsize=8.5,
-                        color=PALETTE["blue"], style="italic")
+                ax.text(x + cw / 2, y + 0.38, note, ha="center", va="center", fontsize=9,
+                        color=PALETTE["blue"], style="italic", linespacing=1.1)
     return fig

@@ -99,13 +99,13 @@ def accuracy_plot(
                 linewidth=2, label=MODEL_LABELS[name])
         for n in lengths:
             ax.scatter([n + shift] * len(seeds), [accuracy[(name, n, s)] for s in seeds],
-                       color=MODEL_COLORS[name], alpha=0.35, s=22, linewidths=0)
+                       color=MODEL_COLORS[name], alpha=0.4, s=30, linewidths=0)
     ax.axhline(0.5, color=PALETTE["grey"], linestyle=":", linewidth=1)
-    ax.annotate("guessing", (max(lengths), 0.5), textcoords="offset points", xytext=(0, -12),
-                ha="right", color=PALETTE["grey"])
+    ax.annotate("guessing", ((lengths[0] + lengths[1]) / 2 if len(lengths) > 1 else lengths[0], 0.5),
+                textcoords="offset points", xytext=(0, -12), ha="center", color=PALETTE["grey"])
     ax.set_xticks(list(lengths))
     ax.set_xlabel("sequence length (steps the first token must be remembered)")
     ax.set_ylabel("validation accuracy")
     ax.set_ylim(0.35, 1.05)
-    ax.legend(frameon=False, loc="lower left")
+    ax.legend(frameon=False, loc="center right")
     return fig
