@@ -36,7 +36,9 @@ from typing import NamedTuple
 import torch
 from joblib import Parallel, delayed
 from torch import Tensor, nn
+from torch.nn import functional as F
 
+from lessonlib.batched_rnn import BatchedRNNClassifier
 from lessonlib.lstm import open_forget_gate
 from lessonlib.progress import progress as progress_bar
 
@@ -109,44 +111,94 @@ def build(model_name: str, seed: int, protocol: MemoryProtocol = PROTOCOL, devic
     return MemoryModel(model_name, protocol).to(device)
 
 
+class Separate(nn.Module):
+    """M models side by side: tokens (M, B, L) -> logits (M, B, 2), model m reading tokens[m]."""
+
+    def __init__(self, models: list[nn.Module]) -> None:
+        super().__init__()
+        self.models = nn.ModuleList(models)
+
+    def forward(self, tokens: Tensor) -> Tensor:
+        return torch.stack([model(t) for model, t in zip(self.models, tokens)])
+
+    def clip_grad_norm_(self, max_norm: float) -> None:
+        for model in self.models:  # each model's gradient on its own, as if trained alone
+            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+
+
+def build_group(
+    model_name: str, seeds: tuple[int, ...], protocol: MemoryProtocol = PROTOCOL, device: torch.device | str = "cpu"
+) -> BatchedRNNClassifier | Separate:
+    """One model per seed, to be trained together. The RNNs share one batched loop (faster on
+    a CPU than nn.RNN, see lessonlib.batched_rnn); the LSTMs stay nn.LSTMs (a fused kernel)."""
+    models = [build(model_name, seed, protocol) for seed in seeds]
+    group = BatchedRNNClassifier(models) if model_name == "rnn" else Separate(models)
+    return group.to(device)
+
+
 def validation_set(length: int, protocol: MemoryProtocol = PROTOCOL, device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
     """The held-out sequences for `length`: the same for every model and seed."""
     return make_batch(protocol.val_size, length, torch.Generator().manual_seed(10_000 + length), device, protocol.vocab)
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, tokens: Tensor, labels: Tensor) -> float:
-    return (model(tokens).argmax(-1) == labels).float().mean().item()
+def accuracies(group: nn.Module, tokens: Tensor, labels: Tensor, members: int) -> list[float]:
+    """Accuracy of each of the group's `members` models on the same tokens (N, L), labels (N,)."""
+    logits = group(tokens.expand(members, *tokens.shape))  # (M, N, 2)
+    return (logits.argmax(-1) == labels).float().mean(1).tolist()
+
+
+def train_seeds(
+    model_name: str, length: int, seeds: tuple[int, ...], protocol: MemoryProtocol = PROTOCOL, device: torch.device | str = "cpu"
+) -> list[Run]:
+    """Train one model per seed under the protocol, in lockstep; one Run per seed.
+
+    Each model gets its own batches, its own loss, its own gradient clipping and its own
+    stop: models never interact, so a seed's Run does not depend on which seeds train with it.
+    """
+    p, M = protocol, len(seeds)
+    group = build_group(model_name, seeds, p, device)
+    val_tokens, val_labels = validation_set(length, p, device)
+    generators = [torch.Generator().manual_seed(1_000 + seed) for seed in seeds]  # batches: their own stream
+    optimizer = torch.optim.Adam(group.parameters(), lr=p.lr)  # elementwise, so per model as if alone
+    runs: list[Run | None] = [None] * M
+    for step in range(1, p.steps + 1):
+        batches = [make_batch(p.batch, length, g, device, p.vocab) for g in generators]
+        tokens, labels = torch.stack([b[0] for b in batches]), torch.stack([b[1] for b in batches])  # (M, B, L), (M, B)
+        logits = group(tokens)  # (M, B, 2)
+        # the sum of each model's mean loss: each model's gradient is that of its own loss
+        loss = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1).sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        group.clip_grad_norm_(p.clip)
+        optimizer.step()
+        if step % p.check_every == 0:
+            # the training batch is a free first look; only a perfect batch pays for a validation
+            perfect = (logits.argmax(-1) == labels).all(1).tolist()
+            if any(perfect[m] and runs[m] is None for m in range(M)):
+                accs = accuracies(group, val_tokens, val_labels, M)
+                for m in range(M):
+                    if perfect[m] and runs[m] is None and accs[m] >= p.solved:
+                        runs[m] = Run(accs[m], step)  # solved: its result is final
+            if all(run is not None for run in runs):
+                break
+    accs = accuracies(group, val_tokens, val_labels, M)
+    return [run if run is not None else Run(accs[m], p.steps) for m, run in enumerate(runs)]
 
 
 def train(
     model_name: str, length: int, seed: int, protocol: MemoryProtocol = PROTOCOL, device: torch.device | str = "cpu"
 ) -> Run:
     """Train one model under the protocol; returns its validation accuracy and the steps it took."""
-    p = protocol
-    model = build(model_name, seed, p, device)
-    val_tokens, val_labels = validation_set(length, p, device)
-    generator = torch.Generator().manual_seed(1_000 + seed)  # training batches: their own stream
-    optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
-    for step in range(1, p.steps + 1):
-        tokens, labels = make_batch(p.batch, length, generator, device, p.vocab)
-        logits = model(tokens)
-        loss = nn.functional.cross_entropy(logits, labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), p.clip)
-        optimizer.step()
-        # the training batch is a free first look; only a perfect batch pays for a validation
-        if step % p.check_every == 0 and bool((logits.argmax(-1) == labels).all()):
-            if accuracy(model, val_tokens, val_labels) >= p.solved:
-                break
-    return Run(accuracy(model, val_tokens, val_labels), step)
+    return train_seeds(model_name, length, (seed,), protocol, device)[0]
 
 
-def _train_in_worker(model_name: str, length: int, seed: int, protocol: MemoryProtocol, device: str, one_thread: bool) -> Run:
+def _train_in_worker(
+    model_name: str, length: int, seeds: tuple[int, ...], protocol: MemoryProtocol, device: str, one_thread: bool
+) -> list[Run]:
     if one_thread:  # one process per core: a second thread per process would only contend
         torch.set_num_threads(1)
-    return train(model_name, length, seed, protocol, device)
+    return train_seeds(model_name, length, seeds, protocol, device)
 
 
 def sweep(
@@ -160,21 +212,30 @@ def sweep(
 ) -> dict[tuple[str, int, int], Run]:
     """train() for every (model, length, seed): {(model, length, seed): Run}, in that order.
 
-    The runs are independent, so on a CPU they are spread over `workers` processes (default:
-    one per core, each single-threaded); on a GPU they run one after another in this process.
-    The results do not depend on `workers`. A progress bar goes to the terminal (stderr).
+    A job is one run, except that an RNN's seeds train together in one batched loop (the
+    faster way on a CPU; the results are the same bits either way). On a CPU the jobs are
+    spread over `workers` processes (default: one per core, each single-threaded); on a GPU
+    they run one after another in this process. The results do not depend on `workers`.
+    A progress bar goes to the terminal (stderr).
     """
     device = torch.device(device)
     if workers is None:
         workers = 1 if device.type != "cpu" else os.cpu_count() or 1
-    jobs = [(m, L, s) for m in models for L in lengths for s in seeds]
-    # longest sequences first, so that no worker is left with a long run at the end
-    ordered = sorted(jobs, key=lambda job: -job[1])
+    jobs = []  # (model, length, the seeds that train together)
+    for m in models:
+        for L in lengths:
+            if m == "rnn":
+                jobs.append((m, L, tuple(seeds)))
+            else:
+                jobs.extend((m, L, (s,)) for s in seeds)
+    jobs.sort(key=lambda job: -job[1] * len(job[2]))  # biggest first: no worker is left with one at the end
     runs = Parallel(n_jobs=workers, return_as="generator")(
-        delayed(_train_in_worker)(m, L, s, protocol, str(device), workers > 1) for m, L, s in ordered
+        delayed(_train_in_worker)(m, L, job_seeds, protocol, str(device), workers > 1) for m, L, job_seeds in jobs
     )
-    results = dict(zip(ordered, progress_bar(runs, "memory task", total=len(jobs), enabled=progress)))
-    return {job: results[job] for job in jobs}
+    results = {}
+    for (m, L, job_seeds), job_runs in zip(jobs, progress_bar(runs, "memory task", total=len(jobs), enabled=progress)):
+        results.update({(m, L, s): run for s, run in zip(job_seeds, job_runs)})
+    return {(m, L, s): results[m, L, s] for m in models for L in lengths for s in seeds}
 
 
 def format_table(results: dict[tuple[str, int, int], Run]) -> str:

@@ -3,6 +3,7 @@ import dataclasses
 import pytest
 import torch
 
+from lessonlib.batched_rnn import BatchedRNNClassifier
 from lessonlib.memory_task import (
     CLUES,
     PROTOCOL,
@@ -13,6 +14,7 @@ from lessonlib.memory_task import (
     make_batch,
     sweep,
     train,
+    train_seeds,
     validation_set,
 )
 
@@ -65,7 +67,39 @@ def test_model_shapes_and_open_gate(device):
         MemoryModel("gru")
 
 
+def test_batched_rnn_matches_separate_nn_rnns(device):
+    seeds = (0, 1, 2)
+    models = [build("rnn", s, device=device) for s in seeds]
+    batched = BatchedRNNClassifier(models)
+    tokens = torch.stack([make_batch(16, 25, torch.Generator().manual_seed(s), device)[0] for s in seeds])
+    labels = torch.stack([make_batch(16, 25, torch.Generator().manual_seed(s), device)[1] for s in seeds])
+    logits = batched(tokens)  # (M, B, 2)
+    for m, model in enumerate(models):
+        torch.testing.assert_close(logits[m], model(tokens[m]), rtol=1e-4, atol=1e-5)
+    # gradients, and the clipping of each model's gradient on its own
+    losses = [torch.nn.functional.cross_entropy(model(t), y) for model, t, y in zip(models, tokens, labels)]
+    sum(losses).backward()
+    torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1).sum().backward()
+    norms = batched.clip_grad_norm_(0.1)
+    for m, model in enumerate(models):
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
+        torch.testing.assert_close(norms[m], norm, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(batched.weight_hh.grad[m], model.rnn.weight_hh_l0.grad.T, rtol=1e-3, atol=1e-6)
+        torch.testing.assert_close(batched.embed.grad[m], model.embed.weight.grad, rtol=1e-3, atol=1e-6)
+
+
+def test_a_seed_trains_the_same_alone_or_with_others(device):
+    if device.type != "cpu":
+        pytest.skip("bit-identical results are a CPU promise")
+    short = dataclasses.replace(PROTOCOL, steps=30)
+    for name in ("rnn", "lstm"):
+        together = train_seeds(name, 12, (0, 1, 2), short, device)
+        assert together == [train(name, 12, s, short, device) for s in (0, 1, 2)]
+
+
 def test_training_is_deterministic(device):
+    if device.type != "cpu":
+        pytest.skip("bit-identical results are a CPU promise")
     short = dataclasses.replace(PROTOCOL, steps=40)
     first, second = train("lstm", 20, 3, short, device), train("lstm", 20, 3, short, device)
     assert first == second  # same seed, same device: the same run to the last bit of accuracy

@@ -1,0 +1,106 @@
+"""Time the memory-task sweep against a straightforward baseline, in one process.
+
+    .venv/bin/python scripts/bench_memory_task.py            # the lesson's 36 trainings
+    .venv/bin/python scripts/bench_memory_task.py --quick    # a smoke test: 2 lengths, 1 seed, short budget
+    .venv/bin/python scripts/bench_memory_task.py --levers   # also time the sweep on a single worker
+
+The baseline trains the same models (lessonlib.memory_task.MemoryModel: nn.RNN / nn.LSTM) on
+the same batches under the same protocol, one model at a time, for the full step budget with
+no early stop, single-threaded (faster than torch's default two threads for these small
+tensors, so the comparison is against the better baseline). Ours is memory_task.sweep: stop a
+run once it is solved, and spread the runs over one single-threaded worker process per core.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import time
+
+import torch
+from torch import nn
+
+from lessonlib import memory_task as mt
+
+
+def train_baseline(model_name: str, length: int, seed: int, protocol: mt.MemoryProtocol) -> mt.Run:
+    """The protocol written plainly: every step of the budget, validation once at the end."""
+    model = mt.build(model_name, seed, protocol)
+    generator = torch.Generator().manual_seed(1_000 + seed)  # the same batches as mt.train
+    optimizer = torch.optim.Adam(model.parameters(), lr=protocol.lr)
+    for _ in range(protocol.steps):
+        tokens, labels = mt.make_batch(protocol.batch, length, generator, "cpu", protocol.vocab)
+        loss = nn.functional.cross_entropy(model(tokens), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), protocol.clip)
+        optimizer.step()
+    tokens, labels = mt.validation_set(length, protocol)
+    with torch.no_grad():
+        accuracy = (model(tokens).argmax(-1) == labels).float().mean().item()
+    return mt.Run(accuracy, protocol.steps)
+
+
+def pattern(results: dict[tuple[str, int, int], mt.Run], solved: float) -> dict[tuple[str, int, int], bool]:
+    return {job: run.accuracy >= solved for job, run in results.items()}
+
+
+def timed(fn) -> tuple[object, float, float]:
+    """fn's result, its wall time and this process's CPU time (which other load barely moves)."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="lengths 10 and 30, seed 0, 150 steps")
+    parser.add_argument("--levers", action="store_true", help="also time each lever on its own, in this process")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes for our sweep (default: cores)")
+    args = parser.parse_args()
+
+    protocol, lengths, seeds = mt.PROTOCOL, mt.LENGTHS, mt.SEEDS
+    if args.quick:
+        protocol, lengths, seeds = dataclasses.replace(protocol, steps=150), (10, 30), (0, 1)
+    jobs = [(m, L, s) for m in mt.MODELS for L in lengths for s in seeds]
+    workers = args.workers or os.cpu_count()
+    print(f"{len(jobs)} trainings, {protocol}")
+    print(f"cores: {os.cpu_count()}, load average before: {os.getloadavg()[0]:.2f}")
+
+    torch.set_num_threads(1)
+    mt.train("lstm", 5, 0, dataclasses.replace(protocol, steps=1))  # one-off costs (lazy imports) off the clock
+
+    ours, t_ours, _ = timed(lambda: mt.sweep(mt.MODELS, lengths, seeds, protocol, "cpu", workers=workers))
+    base, t_base, cpu_base = timed(lambda: {job: train_baseline(*job, protocol) for job in jobs})
+
+    print(f"\nours ({workers} workers, stop when solved, RNN seeds batched): {t_ours:.1f} s")
+    print(mt.format_table(ours))
+    print(f"\nbaseline (one at a time, full budget, 1 thread): {t_base:.1f} s")
+    print(mt.format_table(base))
+    steps_ours = sum(run.steps * L for (_, L, _), run in ours.items())
+    steps_base = sum(run.steps * L for (_, L, _), run in base.items())
+    print(f"\nspeed-up: {t_base / t_ours:.2f}x   ({t_base:.1f} s -> {t_ours:.1f} s; time steps trained: "
+          f"{steps_base} -> {steps_ours}, {steps_base / steps_ours:.2f}x fewer)")
+    same = pattern(ours, protocol.solved) == pattern(base, protocol.solved)
+    print(f"same solved/unsolved pattern (>= {protocol.solved}): {'yes' if same else 'NO'}")
+
+    if args.levers:  # the same work in this process, one lever at a time; CPU seconds are the fair measure
+        # the baseline's loop, each run cut where the stop rule stopped it (the runs are deterministic)
+        _, t_stop, cpu_stop = timed(
+            lambda: [train_baseline(*job, dataclasses.replace(protocol, steps=ours[job].steps)) for job in jobs])
+        one, t_one, cpu_one = timed(lambda: mt.sweep(mt.MODELS, lengths, seeds, protocol, "cpu", False, workers=1))
+        assert one == ours, "the number of workers must not change a single result"
+        print("\nlevers, added one at a time (wall s / CPU s of this process):")
+        rows = [
+            ("baseline", t_base, cpu_base, ""),
+            ("+ stop when solved", t_stop, cpu_stop, f"{cpu_base / cpu_stop:.2f}x CPU"),
+            ("+ RNN: hand-written loop, seeds batched", t_one, cpu_one, f"{cpu_stop / cpu_one:.2f}x CPU"),
+            (f"+ {workers} worker processes (our sweep)", t_ours, None, f"{t_one / t_ours:.2f}x wall"),
+        ]
+        for label, wall, cpu, gain in rows:
+            print(f"  {label:<42}{wall:6.1f} / {'-' if cpu is None else f'{cpu:.1f}':>6}   {gain}")
+    print(f"load average after: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
