@@ -100,7 +100,8 @@ def gradient_reach(
         torch.manual_seed(seed)
         model = build(model_name, input_size, hidden_size).to(device)
         # its own generator, so all four models see the same sequence for a given seed
-        x = torch.randn(length, input_size, generator=torch.Generator().manual_seed(seed)).to(device)  # (L, I)
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.randn(length, input_size, generator=generator).to(device)  # (L, I)
         norms.append(jacobian_norms(model, x).flip(0))  # flipped: index = distance from the end
     return torch.stack(norms).mean(0).cpu()
 

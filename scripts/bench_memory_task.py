@@ -1,7 +1,7 @@
 """Time the memory-task sweep against a straightforward baseline, in one process.
 
     .venv/bin/python scripts/bench_memory_task.py            # the lesson's 36 trainings
-    .venv/bin/python scripts/bench_memory_task.py --quick    # a smoke test: 2 lengths, 1 seed, short budget
+    .venv/bin/python scripts/bench_memory_task.py --quick    # smoke test: 2 lengths, 2 seeds, 150 steps
     .venv/bin/python scripts/bench_memory_task.py --levers   # also time the sweep on a single worker
 
 The baseline trains the same models (lessonlib.memory_task.MemoryModel: nn.RNN / nn.LSTM) on
@@ -41,7 +41,10 @@ def train_baseline(model_name: str, length: int, seed: int, protocol: mt.MemoryP
     return mt.Run(accuracy, protocol.steps)
 
 
-def pattern(results: dict[tuple[str, int, int], mt.Run], solved: float) -> dict[tuple[str, int, int], bool]:
+Results = dict[tuple[str, int, int], mt.Run]
+
+
+def pattern(results: Results, solved: float) -> dict[tuple[str, int, int], bool]:
     return {job: run.accuracy >= solved for job, run in results.items()}
 
 
@@ -53,10 +56,11 @@ def timed(fn) -> tuple[object, float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="lengths 10 and 30, seed 0, 150 steps")
-    parser.add_argument("--levers", action="store_true", help="also time each lever on its own, in this process")
-    parser.add_argument("--workers", type=int, default=None, help="worker processes for our sweep (default: cores)")
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=formatter)
+    parser.add_argument("--quick", action="store_true", help="lengths 10 and 30, seeds 0 and 1, 150 steps")
+    parser.add_argument("--levers", action="store_true", help="also time the levers one at a time")
+    parser.add_argument("--workers", type=int, default=None, help="processes for our sweep (default: cores)")
     args = parser.parse_args()
 
     protocol, lengths, seeds = mt.PROTOCOL, mt.LENGTHS, mt.SEEDS
@@ -68,9 +72,12 @@ def main() -> None:
     print(f"cores: {os.cpu_count()}, load average before: {os.getloadavg()[0]:.2f}")
 
     torch.set_num_threads(1)
-    mt.train("lstm", 5, 0, dataclasses.replace(protocol, steps=1))  # one-off costs (lazy imports) off the clock
+    mt.train("lstm", 5, 0, dataclasses.replace(protocol, steps=1))  # one-off lazy imports, off the clock
 
-    ours, t_ours, _ = timed(lambda: mt.sweep(mt.MODELS, lengths, seeds, protocol, "cpu", workers=workers))
+    def sweep(workers: int) -> Results:
+        return mt.sweep(mt.MODELS, lengths, seeds, protocol, "cpu", progress=workers > 1, workers=workers)
+
+    ours, t_ours, _ = timed(lambda: sweep(workers))
     base, t_base, cpu_base = timed(lambda: {job: train_baseline(*job, protocol) for job in jobs})
 
     print(f"\nours ({workers} workers, stop when solved, RNN seeds batched): {t_ours:.1f} s")
@@ -84,11 +91,11 @@ def main() -> None:
     same = pattern(ours, protocol.solved) == pattern(base, protocol.solved)
     print(f"same solved/unsolved pattern (>= {protocol.solved}): {'yes' if same else 'NO'}")
 
-    if args.levers:  # the same work in this process, one lever at a time; CPU seconds are the fair measure
+    if args.levers:  # in this process, one lever at a time: its CPU seconds are the fair measure
         # the baseline's loop, each run cut where the stop rule stopped it (the runs are deterministic)
-        _, t_stop, cpu_stop = timed(
-            lambda: [train_baseline(*job, dataclasses.replace(protocol, steps=ours[job].steps)) for job in jobs])
-        one, t_one, cpu_one = timed(lambda: mt.sweep(mt.MODELS, lengths, seeds, protocol, "cpu", False, workers=1))
+        cut = {job: dataclasses.replace(protocol, steps=ours[job].steps) for job in jobs}
+        _, t_stop, cpu_stop = timed(lambda: [train_baseline(*job, cut[job]) for job in jobs])
+        one, t_one, cpu_one = timed(lambda: sweep(1))
         assert one == ours, "the number of workers must not change a single result"
         print("\nlevers, added one at a time (wall s / CPU s of this process):")
         rows = [

@@ -2,6 +2,7 @@ import dataclasses
 
 import pytest
 import torch
+from torch.nn.functional import cross_entropy
 
 from lessonlib.batched_rnn import BatchedRNNClassifier
 from lessonlib.memory_task import (
@@ -62,7 +63,7 @@ def test_model_shapes_and_open_gate(device):
     lstm, opened = build("lstm", 0).rnn, build("lstm_open", 0).rnn
     for name in ("bias_ih_l0", "bias_hh_l0"):
         assert (getattr(opened, name)[H : 2 * H] == 1.5).all()
-        assert torch.equal(getattr(opened, name)[:H], getattr(lstm, name)[:H])  # only the forget slice differs
+        assert torch.equal(getattr(opened, name)[:H], getattr(lstm, name)[:H])  # only the forget slice moved
     with pytest.raises(ValueError):
         MemoryModel("gru")
 
@@ -71,21 +72,21 @@ def test_batched_rnn_matches_separate_nn_rnns(device):
     seeds = (0, 1, 2)
     models = [build("rnn", s, device=device) for s in seeds]
     batched = BatchedRNNClassifier(models)
-    tokens = torch.stack([make_batch(16, 25, torch.Generator().manual_seed(s), device)[0] for s in seeds])
-    labels = torch.stack([make_batch(16, 25, torch.Generator().manual_seed(s), device)[1] for s in seeds])
+    batches = [make_batch(16, 25, torch.Generator().manual_seed(s), device) for s in seeds]
+    tokens, labels = torch.stack([t for t, _ in batches]), torch.stack([y for _, y in batches])
     logits = batched(tokens)  # (M, B, 2)
     for m, model in enumerate(models):
         torch.testing.assert_close(logits[m], model(tokens[m]), rtol=1e-4, atol=1e-5)
     # gradients, and the clipping of each model's gradient on its own
-    losses = [torch.nn.functional.cross_entropy(model(t), y) for model, t, y in zip(models, tokens, labels)]
-    sum(losses).backward()
-    torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1).sum().backward()
+    sum(cross_entropy(model(t), y) for model, t, y in zip(models, tokens, labels)).backward()
+    cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1).sum().backward()
     norms = batched.clip_grad_norm_(0.1)
     for m, model in enumerate(models):
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
         torch.testing.assert_close(norms[m], norm, rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(batched.weight_hh.grad[m], model.rnn.weight_hh_l0.grad.T, rtol=1e-3, atol=1e-6)
-        torch.testing.assert_close(batched.embed.grad[m], model.embed.weight.grad, rtol=1e-3, atol=1e-6)
+        close = dict(rtol=1e-3, atol=1e-6)
+        torch.testing.assert_close(batched.weight_hh.grad[m], model.rnn.weight_hh_l0.grad.T, **close)
+        torch.testing.assert_close(batched.embed.grad[m], model.embed.weight.grad, **close)
 
 
 def test_a_seed_trains_the_same_alone_or_with_others(device):
@@ -120,12 +121,15 @@ def test_at_length_30_only_the_open_gate_lstm_remembers(device):
 
 def test_sweep_matches_train_and_does_not_depend_on_workers(device):
     short = dataclasses.replace(PROTOCOL, steps=30)
-    kwargs = dict(models=("rnn", "lstm_open"), lengths=(10,), seeds=(0, 1), protocol=short, device=device)
-    results = sweep(**kwargs, progress=False, workers=1)
+
+    def run(workers: int) -> dict:
+        return sweep(("rnn", "lstm_open"), (10,), (0, 1), short, device, progress=False, workers=workers)
+
+    results = run(1)
     assert list(results) == [("rnn", 10, 0), ("rnn", 10, 1), ("lstm_open", 10, 0), ("lstm_open", 10, 1)]
     assert results["lstm_open", 10, 1] == train("lstm_open", 10, 1, short, device)
     if device.type == "cpu":  # worker processes, one thread each: the same numbers
-        assert sweep(**kwargs, progress=False, workers=2) == results
+        assert run(2) == results
     table = format_table(results)
     assert len(table.splitlines()) == 3 and "lstm_open" in table
 
