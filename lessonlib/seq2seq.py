@@ -1,0 +1,237 @@
+"""A small seq2seq encoder-decoder, with and without attention, on digit-string reversal.
+
+The task: read a string of digits, write it reversed ("30417" -> "71403"). It is the
+cleanest way to show the encoder bottleneck. Without attention the decoder sees the source
+only through the encoder's final state: one H-sized vector must carry every digit, and the
+longer the string the more it forgets. With attention the decoder looks back at every
+encoder state at every step, and for reversal it learns to look at position T-1-t at output
+step t, which is the anti-diagonal in the attention heatmap.
+
+Every batch holds strings of one length (bucketing), so a batch has no padding at all: the
+encoder's final state is the true final state and attention needs no mask. Training draws
+a fresh length for every step.
+
+Attention is Luong's "dot" score without input feeding: the decoder RNN runs exactly as it
+would without attention, and its hidden state h_t then queries the encoder outputs,
+
+    score[t, i] = h_t . enc_i      weights = softmax(score)     context_t = weights @ enc
+    logits_t = W_out tanh(W_c [h_t; context_t])
+
+so teacher forcing needs no Python loop over time, and the only difference between the two
+models is whether context_t is there.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from lessonlib.attention import dot_product_attention
+
+# ----------------------------------------------------------------------------- the task
+
+PAD, BOS, EOS = 0, 1, 2
+DIGIT0 = 3                 # token of the digit "0"; "9" is DIGIT0 + 9
+VOCAB_SIZE = DIGIT0 + 10   # 13
+SYMBOLS = ["<pad>", "<s>", "</s>"] + [str(d) for d in range(10)]
+
+
+def make_batch(length: int, batch_size: int, generator: torch.Generator,
+               device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` random digit strings of one length and their reversals.
+
+    Returns src (B, length) of digit tokens and tgt (B, length + 1): src reversed, then EOS.
+    Drawn on the CPU with ``generator`` and then moved, so the data are the same on any device.
+    """
+    src = torch.randint(DIGIT0, DIGIT0 + 10, (batch_size, length), generator=generator)  # (B, T)
+    eos = torch.full((batch_size, 1), EOS, dtype=torch.long)
+    tgt = torch.cat([src.flip(1), eos], dim=1)                                          # (B, T+1)
+    return src.to(device), tgt.to(device)
+
+
+def to_text(tokens: torch.Tensor | list[int], *, stop_at_eos: bool = True) -> list[str]:
+    """Token ids to symbols, e.g. for heatmap axis labels; stops after the first EOS."""
+    out = []
+    for t in (tokens.tolist() if isinstance(tokens, torch.Tensor) else tokens):
+        if t == PAD:
+            continue
+        out.append(SYMBOLS[t])
+        if stop_at_eos and t == EOS:
+            break
+    return out
+
+
+def decode(tokens: torch.Tensor | list[int]) -> str:
+    """Token ids to the digit string they spell, up to the first EOS ("</s>" and "<pad>" dropped)."""
+    return "".join(s for s in to_text(tokens) if s.isdigit())
+
+
+# ----------------------------------------------------------------------------- the model
+
+RNNS = {"gru": nn.GRU, "lstm": nn.LSTM}
+State = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # GRU: h (1, B, H); LSTM: (h, c)
+
+
+class Encoder(nn.Module):
+    def __init__(self, hidden: int, embed: int = 32, cell: str = "gru"):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB_SIZE, embed)
+        self.rnn = RNNS[cell](embed, hidden, batch_first=True)
+
+    def forward(self, src: torch.Tensor) -> tuple[torch.Tensor, State]:
+        # src (B, T) -> outputs (B, T, H): the hidden state after every source token,
+        # and the final state (what a decoder without attention gets, and all it gets)
+        outputs, state = self.rnn(self.embed(src))
+        return outputs, state
+
+
+class Decoder(nn.Module):
+    def __init__(self, hidden: int, embed: int = 32, cell: str = "gru", attention: bool = True):
+        super().__init__()
+        self.attention = attention
+        self.embed = nn.Embedding(VOCAB_SIZE, embed)
+        self.rnn = RNNS[cell](embed, hidden, batch_first=True)
+        self.combine = nn.Linear(2 * hidden if attention else hidden, hidden)  # [h; context] -> H
+        self.out = nn.Linear(hidden, VOCAB_SIZE)
+
+    def forward(self, tokens: torch.Tensor, state: State, encoder_outputs: torch.Tensor
+                ) -> tuple[torch.Tensor, State, torch.Tensor | None]:
+        """Run the decoder over ``tokens`` (B, T_out) given as inputs (teacher forcing).
+
+        Returns logits (B, T_out, V), the new state, and attention weights (B, T_out, T_in),
+        or None without attention (then ``encoder_outputs`` is never read).
+        """
+        hidden, state = self.rnn(self.embed(tokens), state)  # (B, T_out, H)
+        if not self.attention:
+            return self.out(torch.tanh(self.combine(hidden))), state, None
+        # Luong dot score, unscaled: exactly `softmax(h @ enc^T)`, the lesson's snippet
+        context, weights = dot_product_attention(hidden, encoder_outputs, encoder_outputs, scale=False)
+        # context (B, T_out, H), weights (B, T_out, T_in)
+        features = torch.tanh(self.combine(torch.cat([hidden, context], dim=-1)))
+        return self.out(features), state, weights
+
+    def step(self, token: torch.Tensor, state: State, encoder_outputs: torch.Tensor
+             ) -> tuple[torch.Tensor, State, torch.Tensor | None]:
+        """One decoding step: token (B,) -> logits (B, V), state, weights (B, T_in) or None."""
+        logits, state, weights = self(token[:, None], state, encoder_outputs)
+        return logits[:, 0], state, (None if weights is None else weights[:, 0])
+
+
+class Seq2Seq(nn.Module):
+    def __init__(self, attention: bool, hidden: int = 64, embed: int = 32, cell: str = "gru"):
+        super().__init__()
+        self.attention = attention
+        self.encoder = Encoder(hidden, embed, cell)
+        self.decoder = Decoder(hidden, embed, cell, attention)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: src (B, T_in), tgt (B, T_out) -> logits (B, T_out, V).
+
+        The decoder reads <s> followed by the target shifted right, and predicts the target.
+        """
+        encoder_outputs, state = self.encoder(src)
+        bos = torch.full_like(tgt[:, :1], BOS)
+        logits, _, _ = self.decoder(torch.cat([bos, tgt[:, :-1]], dim=1), state, encoder_outputs)
+        return logits
+
+    @torch.no_grad()
+    def greedy_decode(self, src: torch.Tensor, max_len: int
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Feed back the most likely token, ``max_len`` steps.
+
+        Returns tokens (B, max_len), PAD after the first EOS, and the attention weights
+        (B, max_len, T_in), or None for the model without attention.
+        """
+        encoder_outputs, state = self.encoder(src)
+        token = torch.full_like(src[:, 0], BOS)                # (B,)
+        done = torch.zeros_like(token, dtype=torch.bool)       # has this row written EOS yet?
+        tokens, weights = [], []
+        for _ in range(max_len):
+            logits, state, w = self.decoder.step(token, state, encoder_outputs)
+            token = logits.argmax(-1)                          # (B,)
+            tokens.append(token.masked_fill(done, PAD))
+            weights.append(w)
+            done = done | (token == EOS)
+        attn = torch.stack(weights, dim=1) if self.attention else None
+        return torch.stack(tokens, dim=1), attn
+
+
+# ----------------------------------------------------------------------------- training
+
+@contextmanager
+def _one_cpu_thread(device: torch.device) -> Iterator[None]:
+    """On CPU, run in one thread, then restore the caller's setting.
+
+    At this size (batch 64, hidden 64) a second thread only adds synchronisation to every
+    small op: training took 3-4x longer with 2 threads than with 1 on a 2-core machine with
+    other work running, and up to 14x longer when it was busier. Results are the same.
+    """
+    if device.type != "cpu":
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
+          steps: int = 2000, batch_size: int = 64, lr: float = 5e-3,
+          min_len: int = 3, max_len: int = 16, hidden: int = 64, cell: str = "gru",
+          progress: bool = True) -> Seq2Seq:
+    """Train one model on reversal; the budget is the same whatever ``attention`` is.
+
+    Each step draws one length uniformly from [min_len, max_len] and a batch of that length.
+    The same seed gives the same weights and the same batches, with or without attention
+    (bit-identical on CPU for a fixed number of threads). The caller's RNG is left alone.
+    """
+    device = torch.device(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Seq2Seq(attention, hidden=hidden, cell=cell)  # initialised on CPU: same on any device
+    model.to(device)
+    data = torch.Generator().manual_seed(seed)  # lengths and strings: the same for both models
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    # lr decays linearly to 0: big early steps, then small ones so that every token is right
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / steps)
+    bar = tqdm(range(steps), desc=f"seq2seq {'with' if attention else 'without'} attention",
+               disable=not progress, mininterval=1.0)
+    with _one_cpu_thread(device):
+        for _ in bar:
+            length = int(torch.randint(min_len, max_len + 1, (), generator=data))
+            src, tgt = make_batch(length, batch_size, data, device)
+            logits = model(src, tgt)                                   # (B, T+1, V)
+            loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            nn.utils.clip_grad_norm_(model.parameters(), 1.0)          # RNNs: guard against spikes
+            opt.step()
+            schedule.step()
+            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
+    return model.eval()
+
+
+@torch.no_grad()
+def exact_match(model: Seq2Seq, lengths: list[int] | tuple[int, ...] = (4, 8, 12, 16),
+                n: int = 500, seed: int = 1234, device: torch.device | str | None = None
+                ) -> dict[int, float]:
+    """Fraction of ``n`` fixed random strings per length reversed exactly, EOS included.
+
+    Greedy decoding runs two steps past the target, so a too-long answer counts as wrong.
+    The strings depend on ``seed`` and the length only, so both models see the same ones.
+    """
+    device = next(model.parameters()).device if device is None else torch.device(device)
+    accuracy = {}
+    with _one_cpu_thread(device):
+        for length in lengths:
+            src, tgt = make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
+            tokens, _ = model.greedy_decode(src, max_len=length + 3)
+            target = F.pad(tgt, (0, 2), value=PAD)                      # (n, length + 3)
+            accuracy[length] = (tokens == target).all(dim=1).float().mean().item()
+    return accuracy
