@@ -1,0 +1,183 @@
+"""The exercise notebook docs/lessons/exercise-attention.ipynb, executed as a reader would run it.
+
+With the published solution pasted into the reader's cell, the notebook must run from top to
+bottom and show the accuracy gain; with a wrong answer, its checker cell must stop and say what
+is wrong. The checker's messages for common mistakes are tested directly as well.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from lessonlib import exercise
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-attention.ipynb"
+
+
+def load() -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOK, as_version=4)
+
+
+def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
+    cells = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
+    assert len(cells) == 1, f"expected exactly one cell tagged {tag!r}, found {len(cells)}"
+    return cells[0]
+
+
+def solution_code(nb: nbformat.NotebookNode) -> str:
+    """The code in the notebook's collapsed <details><summary>Solution</summary> block."""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and "<summary>Solution</summary>" in cell.source:
+            block = cell.source.split("<summary>Solution</summary>", 1)[1]
+            match = re.search(r"```python\n(.*?)```", block, re.S)
+            assert match, "the Solution block has no ```python fence"
+            return match.group(1)
+    raise AssertionError("the notebook has no <summary>Solution</summary> block")
+
+
+def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    # kernel "python3" is ipykernel's own spec, whose argv "python" jupyter_client replaces by
+    # sys.executable, so the kernel runs this venv's interpreter (checked in the first test).
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()
+    return nb
+
+
+def text(cell: nbformat.NotebookNode) -> str:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            out.append(o.text)
+        elif o.output_type in ("execute_result", "display_data"):
+            out.append(o.data.get("text/plain", ""))
+    return "".join(out)
+
+
+# ----------------------------------------------------------------------------- the notebook as published
+
+def test_notebook_is_published_clean():
+    """No stored outputs (the reader runs it), the stub unsolved, the solution only collapsed."""
+    nb = load()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "clear the notebook's outputs"
+    assert "raise NotImplementedError" in tagged(nb, "exercise").source
+    assert "<details><summary>Solution</summary>" in "".join(c.source for c in nb.cells)
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+def test_solution_passes_and_attention_wins():
+    nb = load()
+    tagged(nb, "exercise").source = solution_code(nb)
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    execute(nb)
+    assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
+    assert "✓ attend() matches the reference" in text(tagged(nb, "check"))
+    report = "".join(text(c) for c in nb.cells)
+    gain = re.search(r"at length (\d+) your attention adds ([+-]\d+)% exact-match accuracy", report)
+    assert gain, report
+    assert int(gain.group(2)) >= 20, f"attention should clearly win at the longest length:\n{report}"
+
+
+def test_unsolved_notebook_stops_at_the_checker():
+    nb = load()
+    with pytest.raises(CellExecutionError) as info:
+        execute(nb)
+    assert info.value.ename == "AttentionCheckError"
+    assert "still the stub" in str(info.value)
+
+
+def test_wrong_softmax_axis_stops_at_the_checker_with_its_reason():
+    nb = load()
+    tagged(nb, "exercise").source = solution_code(nb).replace("softmax(dim=-1)", "softmax(dim=1)")
+    with pytest.raises(CellExecutionError) as info:
+        execute(nb)
+    assert info.value.ename == "AttentionCheckError"
+    assert "softmax with dim=-1" in str(info.value)
+
+
+# ----------------------------------------------------------------------------- the checker
+
+def reference(q, k):
+    H = q.shape[-1]
+    w = (q @ k.transpose(-2, -1) / math.sqrt(H)).softmax(-1)
+    return w @ k, w
+
+
+def solution(q, k):
+    namespace: dict = {}
+    exec(solution_code(load()), namespace)
+    return namespace["attend"](q, k)
+
+
+def _weights(q, k, divide=None, dim=-1):
+    s = q @ k.transpose(-2, -1)
+    return (s if divide is None else s / divide).softmax(dim)
+
+
+WRONG = {
+    "stub": (lambda q, k: (_ for _ in ()).throw(NotImplementedError()), "still the stub"),
+    "softmax over decoder steps": (lambda q, k: (_weights(q, k, math.sqrt(q.shape[-1]), 1) @ k,
+                                                 _weights(q, k, math.sqrt(q.shape[-1]), 1)),
+                                   "softmax with dim=-1"),
+    "softmax over the batch": (lambda q, k: (_weights(q, k, math.sqrt(q.shape[-1]), 0) @ k,
+                                             _weights(q, k, math.sqrt(q.shape[-1]), 0)),
+                               "across the batch"),
+    "no scaling": (lambda q, k: (_weights(q, k) @ k, _weights(q, k)), "missing scaling"),
+    "divided by H": (lambda q, k: (_weights(q, k, q.shape[-1]) @ k, _weights(q, k, q.shape[-1])),
+                     "divided the scores by H"),
+    "no softmax": (lambda q, k: ((q @ k.transpose(-2, -1)) @ k, q @ k.transpose(-2, -1)),
+                   "not a probability distribution"),
+    "transposed weights": (lambda q, k: (reference(q, k)[0], reference(q, k)[1].transpose(-2, -1)),
+                           "transposed"),
+    "swapped results": (lambda q, k: reference(q, k)[::-1], "swapped"),
+    "one result": (lambda q, k: reference(q, k)[0], "must return two tensors"),
+    "context not weighted sum": (lambda q, k: (k[:, : q.shape[1]] * 0 + q, reference(q, k)[1]),
+                                 "context is not weights @ encoder_outputs"),
+    "squeezed": (lambda q, k: tuple(t.squeeze() for t in reference(q, k)), "T_out = 1"),
+    "detached": (lambda q, k: tuple(t.detach() for t in reference(q, k)), "carries no gradient"),
+    "crashes": (lambda q, k: reference(q, k.mT), "raised RuntimeError"),
+}
+
+
+@pytest.mark.parametrize("name", WRONG)
+def test_checker_names_the_mistake(name):
+    wrong, expected = WRONG[name]
+    problem = exercise.diagnose(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+@pytest.mark.parametrize("attend", [reference, solution], ids=["reference", "published solution"])
+def test_checker_accepts_correct_answers(attend, capsys):
+    assert exercise.diagnose(attend) is None
+    exercise.check(attend)
+    assert "✓" in capsys.readouterr().out
+
+
+def test_check_raises_with_plain_message():
+    with pytest.raises(exercise.AttentionCheckError, match="missing scaling"):
+        exercise.check(WRONG["no scaling"][0])
+    assert exercise.AttentionCheckError("x")._render_traceback_() == ["✗ x"]
+
+
+def test_train_uses_the_readers_function():
+    calls = []
+
+    def spy(q, k):
+        calls.append(q.shape)
+        return reference(q, k)
+
+    model = exercise.train(spy, steps=2)
+    assert calls and model.decoder.attend is spy
+    src, _ = exercise.seq2seq.make_batch(5, 2, torch.Generator().manual_seed(0))
+    tokens, weights = model.greedy_decode(src, max_len=6)
+    assert weights.shape == (2, 6, 5)
