@@ -1,11 +1,15 @@
 """A small seq2seq encoder-decoder, with and without attention, on digit-string reversal.
 
-The task: read a string of digits, write it reversed ("30417" -> "71403"). It is the
-cleanest way to show the encoder bottleneck. Without attention the decoder sees the source
+The task: read a string of digits, write it reversed ("30417" -> "71403"), a clean
+way to show the encoder bottleneck. Without attention the decoder sees the source
 only through the encoder's final state: one H-sized vector must carry every digit, and the
 longer the string the more it forgets. With attention the decoder looks back at every
-encoder state at every step, and for reversal it learns to look at position T-1-t at output
-step t, which is the anti-diagonal in the attention heatmap.
+encoder state at every step, and the heatmap (output step x source position) is an
+anti-diagonal. Read it closely: after the first step the trained models look at the source
+position of the digit they have just written (their input, position T-t at step t), not at
+the one they are writing (T-1-t). A forward RNN's state at position i also remembers digit
+i-1, and that is the next digit to write; finding the digit just written is a pure content
+match. (Seen in >= 90% of rows at every step, length 12, seeds 0-2 of the default budget.)
 
 Every batch holds strings of one length (bucketing), so a batch has no padding at all: the
 encoder's final state is the true final state and attention needs no mask. Training draws
@@ -144,7 +148,8 @@ class Seq2Seq(nn.Module):
         """Feed back the most likely token, ``max_len`` steps.
 
         Returns tokens (B, max_len), PAD after the first EOS, and the attention weights
-        (B, max_len, T_in), or None for the model without attention.
+        (B, max_len, T_in), or None for the model without attention. Row t of the weights
+        belongs to the step that reads <s> (t = 0) or tokens[:, t-1] and writes tokens[:, t].
         """
         encoder_outputs, state = self.encoder(src)
         token = torch.full_like(src[:, 0], BOS)                # (B,)

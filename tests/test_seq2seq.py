@@ -72,7 +72,9 @@ def test_teacher_forcing_equals_step_by_step(device):
         for t in range(inputs.shape[1]):
             logits, state, _ = model.decoder.step(inputs[:, t], state, enc)
             steps.append(logits)
-        torch.testing.assert_close(torch.stack(steps, 1), full)
+        # cuDNN may run RNNs in TF32 (~1e-3 relative), and picks kernels by sequence length
+        tol = {"atol": 1e-3, "rtol": 1e-3} if device.type == "cuda" else {}
+        torch.testing.assert_close(torch.stack(steps, 1), full, **tol)
 
 
 def test_lesson_snippet_gives_the_models_weights(device):
