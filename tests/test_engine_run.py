@@ -144,6 +144,11 @@ def test_pycon_match_with_ellipsis_and_whitespace():
     )
 
 
+def test_pycon_shares_the_page_namespace_both_ways():
+    result = run("```python exec\na = 2\n```\n\n```pycon\n>>> b = a * 21\n>>> b\n42\n```\n\nb is `{py} b`\n")
+    assert "b is 42" in result.markdown
+
+
 def test_pycon_mismatch_names_the_example_line_with_a_diff():
     error = error_of("# t\n\n```pycon\n>>> 1 + 1\n2\n>>> 2 + 2\n5\n```\n")
     assert str(error).startswith(f"{PATH}:6: pycon output differs for >>> 2 + 2")

@@ -87,7 +87,8 @@ class Session:
 
     def _run_pycon(self, block: Block) -> None:
         examples = doctest.DocTestParser().get_examples(block.code)
-        test = doctest.DocTest(examples, self.namespace, self.path, self.path, block.start, None)
+        test = doctest.DocTest(examples, {}, self.path, self.path, block.start, None)
+        test.globs = self.namespace  # DocTest copies the globals it is given; share the page's instead
         runner = _StopAtFirstFailure(optionflags=DOCTEST_FLAGS)
         try:
             runner.run(test, clear_globs=False)
