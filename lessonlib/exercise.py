@@ -19,8 +19,7 @@ import math
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from lessonlib import seq2seq
 from lessonlib.attention import dot_product_attention
@@ -156,60 +155,10 @@ def check(attend: Attend) -> None:
 
 # ----------------------------------------------------------------------------- training
 
-class _Decoder(seq2seq.Decoder):
-    """lessonlib.seq2seq's decoder with the reader's attention function in place of the library's."""
-
-    def __init__(self, attend: Attend, hidden: int, embed: int, cell: str) -> None:
-        super().__init__(hidden, embed, cell, attention=True)
-        self.attend = attend
-
-    def forward(self, tokens: Tensor, state, encoder_outputs: Tensor):
-        hidden, state = self.rnn(self.embed(tokens), state)                     # (B, T_out, H)
-        context, weights = self.attend(hidden, encoder_outputs)                 # (B, T_out, H), (B, T_out, T_in)
-        features = torch.tanh(self.combine(torch.cat([hidden, context], dim=-1)))
-        return self.out(features), state, weights
-
-
-def train(attend: Attend | None, *, seed: int = 0, steps: int = 800, batch_size: int = 64,
-          lr: float = 3e-3, min_len: int = 3, max_len: int = 12, hidden: int = 64,
-          embed: int = 32, cell: str = "gru") -> seq2seq.Seq2Seq:
-    """Train a seq2seq reverser whose decoder attends with ``attend`` (None: no attention).
-
-    The same seed gives the same initial weights and the same batches whatever ``attend`` is,
-    so the two models differ only in attention. The caller's RNG is left alone.
-
-    Runs on one CPU thread: the matrices are tiny, extra threads only add overhead (and on a
-    busy machine a great deal of it), and the numbers then do not depend on the core count.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return _train(attend, seed, steps, batch_size, lr, min_len, max_len, hidden, embed, cell)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _train(attend: Attend | None, seed: int, steps: int, batch_size: int, lr: float, min_len: int,
-           max_len: int, hidden: int, embed: int, cell: str) -> seq2seq.Seq2Seq:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = seq2seq.Seq2Seq(attention=attend is not None, hidden=hidden, embed=embed, cell=cell)
-    if attend is not None:
-        decoder = _Decoder(attend, hidden, embed, cell)
-        decoder.load_state_dict(model.decoder.state_dict())
-        model.decoder = decoder
-    data = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    # the last 30% of steps decay linearly to zero: a short run ends on a settled model
-    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (steps - step) / (0.3 * steps)))
-    for _ in range(steps):
-        length = int(torch.randint(min_len, max_len + 1, (), generator=data))
-        src, tgt = seq2seq.make_batch(length, batch_size, data)
-        logits = model(src, tgt)                                               # (B, T+1, V)
-        loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        schedule.step()
-    return model.eval()
+def train(attend: Attend | None, *, seed: int = 0, steps: int = 800, lr: float = 1e-2,
+          min_len: int = 3, max_len: int = 12, hidden: int = 64, cell: str = "gru") -> seq2seq.Seq2Seq:
+    """Train lessonlib.seq2seq's reverser with ``attend`` as its decoder's attention (None: no
+    attention), on a budget small enough for a laptop. The same seed gives the same initial weights
+    and batches whatever ``attend`` is, so the two models differ only in attention."""
+    return seq2seq.train(attend is not None, seed, steps=steps, lr=lr, min_len=min_len, max_len=max_len,
+                         hidden=hidden, cell=cell, attend=attend or seq2seq.luong_attention, progress=False)

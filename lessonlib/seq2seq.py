@@ -26,15 +26,15 @@ models is whether context_t is there.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from tqdm.auto import tqdm
 
 from lessonlib.attention import dot_product_attention
+from lessonlib.device import one_cpu_thread
+from lessonlib.progress import progress as progress_bar
 
 # ----------------------------------------------------------------------------- the task
 
@@ -93,10 +93,24 @@ class Encoder(nn.Module):
         return outputs, state
 
 
+Attend = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def luong_attention(decoder_states: torch.Tensor, encoder_outputs: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Luong dot score, unscaled: exactly `softmax(h @ enc^T)`, the lesson's snippet.
+
+    decoder_states (B, T_out, H), encoder_outputs (B, T_in, H) -> context (B, T_out, H), weights (B, T_out, T_in)
+    """
+    return dot_product_attention(decoder_states, encoder_outputs, encoder_outputs, scale=False)
+
+
 class Decoder(nn.Module):
-    def __init__(self, hidden: int, embed: int = 32, cell: str = "gru", attention: bool = True):
+    def __init__(self, hidden: int, embed: int = 32, cell: str = "gru", attention: bool = True,
+                 attend: Attend = luong_attention):
         super().__init__()
         self.attention = attention
+        self.attend = attend  # any function of the same shape: the exercise plugs in the reader's
         self.embed = nn.Embedding(VOCAB_SIZE, embed)
         self.rnn = RNNS[cell](embed, hidden, batch_first=True)
         self.combine = nn.Linear(2 * hidden if attention else hidden, hidden)  # [h; context] -> H
@@ -112,9 +126,7 @@ class Decoder(nn.Module):
         hidden, state = self.rnn(self.embed(tokens), state)  # (B, T_out, H)
         if not self.attention:
             return self.out(torch.tanh(self.combine(hidden))), state, None
-        # Luong dot score, unscaled: exactly `softmax(h @ enc^T)`, the lesson's snippet
-        context, weights = dot_product_attention(hidden, encoder_outputs, encoder_outputs, scale=False)
-        # context (B, T_out, H), weights (B, T_out, T_in)
+        context, weights = self.attend(hidden, encoder_outputs)  # (B, T_out, H), (B, T_out, T_in)
         features = torch.tanh(self.combine(torch.cat([hidden, context], dim=-1)))
         return self.out(features), state, weights
 
@@ -126,11 +138,12 @@ class Decoder(nn.Module):
 
 
 class Seq2Seq(nn.Module):
-    def __init__(self, attention: bool, hidden: int = 64, embed: int = 32, cell: str = "gru"):
+    def __init__(self, attention: bool, hidden: int = 64, embed: int = 32, cell: str = "gru",
+                 attend: Attend = luong_attention):
         super().__init__()
         self.attention = attention
         self.encoder = Encoder(hidden, embed, cell)
-        self.decoder = Decoder(hidden, embed, cell, attention)
+        self.decoder = Decoder(hidden, embed, cell, attention, attend)
 
     def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: src (B, T_in), tgt (B, T_out) -> logits (B, T_out, V).
@@ -167,29 +180,10 @@ class Seq2Seq(nn.Module):
 
 # ----------------------------------------------------------------------------- training
 
-@contextmanager
-def _one_cpu_thread(device: torch.device) -> Iterator[None]:
-    """On CPU, run in one thread, then restore the caller's setting.
-
-    At this size (batch 64, hidden 64) a second thread only adds synchronisation to every
-    small op: training took 3-4x longer with 2 threads than with 1 on a 2-core machine with
-    other work running, and up to 14x longer when it was busier. Results are the same.
-    """
-    if device.type != "cpu":
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
           steps: int = 2000, batch_size: int = 64, lr: float = 5e-3,
           min_len: int = 3, max_len: int = 16, hidden: int = 64, cell: str = "gru",
-          progress: bool = True) -> Seq2Seq:
+          attend: Attend = luong_attention, progress: bool = True) -> Seq2Seq:
     """Train one model on reversal; the budget is the same whatever ``attention`` is.
 
     Each step draws one length uniformly from [min_len, max_len] and a batch of that length.
@@ -199,15 +193,15 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
     device = torch.device(device)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = Seq2Seq(attention, hidden=hidden, cell=cell)  # initialised on CPU: same on any device
+        model = Seq2Seq(attention, hidden=hidden, cell=cell, attend=attend)  # on CPU: same on any device
     model.to(device)
     data = torch.Generator().manual_seed(seed)  # lengths and strings: the same for both models
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     # lr decays linearly to 0: big early steps, then small ones so that every token is right
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / steps)
-    bar = tqdm(range(steps), desc=f"seq2seq {'with' if attention else 'without'} attention",
-               disable=not progress, mininterval=1.0)
-    with _one_cpu_thread(device):
+    bar = progress_bar(range(steps), f"seq2seq {'with' if attention else 'without'} attention",
+                       enabled=progress)
+    with one_cpu_thread(device):
         for _ in bar:
             length = int(torch.randint(min_len, max_len + 1, (), generator=data))
             src, tgt = make_batch(length, batch_size, data, device)
@@ -218,7 +212,6 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
             nn.utils.clip_grad_norm_(model.parameters(), 1.0)          # RNNs: guard against spikes
             opt.step()
             schedule.step()
-            bar.set_postfix(loss=f"{loss.item():.3f}", refresh=False)
     return model.eval()
 
 
@@ -233,7 +226,7 @@ def exact_match(model: Seq2Seq, lengths: list[int] | tuple[int, ...] = (4, 8, 12
     """
     device = next(model.parameters()).device if device is None else torch.device(device)
     accuracy = {}
-    with _one_cpu_thread(device):
+    with one_cpu_thread(device):
         for length in lengths:
             src, tgt = make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
             tokens, _ = model.greedy_decode(src, max_len=length + 3)
