@@ -109,15 +109,15 @@ def main() -> None:
         _, t_stop, cpu_stop = timed(lambda: [train_baseline(*job, cut[job]) for job in jobs])
         one, t_one, cpu_one = timed(lambda: sweep(1))
         assert one == ours, "the number of workers must not change a single result"
-        print("\nlevers, added one at a time (wall s / CPU s of this process):")
+        print("\nlevers, added one at a time (wall s / CPU s):")
         rows = [
             ("baseline", t_base, cpu_base, ""),
             ("+ stop when solved", t_stop, cpu_stop, f"{cpu_base / cpu_stop:.2f}x CPU"),
             ("+ RNN: hand-written loop, seeds batched", t_one, cpu_one, f"{cpu_stop / cpu_one:.2f}x CPU"),
-            (f"+ {workers} worker processes (our sweep)", t_ours, None, f"{t_one / t_ours:.2f}x wall"),
+            (f"+ {workers} worker processes (our sweep)", t_ours, cpu_ours, f"{t_one / t_ours:.2f}x wall"),
         ]
         for label, wall, cpu, gain in rows:
-            print(f"  {label:<42}{wall:6.1f} / {'-' if cpu is None else f'{cpu:.1f}':>6}   {gain}")
+            print(f"  {label:<42}{wall:6.1f} / {cpu:6.1f}   {gain}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

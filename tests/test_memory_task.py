@@ -9,7 +9,6 @@ from lessonlib.memory_task import (
     CLUES,
     PROTOCOL,
     MemoryModel,
-    Run,
     build,
     format_table,
     make_batch,
@@ -50,9 +49,11 @@ def test_batches_are_deterministic_and_device_independent(device):
     assert not torch.equal(a[0], make_batch(64, 10, torch.Generator().manual_seed(8), device)[0])
 
 
-def test_validation_set_depends_only_on_length():
-    assert torch.equal(validation_set(30)[0], validation_set(30)[0])
-    assert validation_set(30)[0].shape == (PROTOCOL.val_size, 30)
+def test_validation_set_is_fixed_per_length():
+    tokens, labels = validation_set(30)
+    assert tokens.shape == (PROTOCOL.val_size, 30) and torch.equal(tokens[:, 0], labels)
+    assert torch.equal(tokens, validation_set(30)[0])
+    assert not torch.equal(tokens[:, :10], validation_set(10)[0])
 
 
 def test_model_shapes_and_open_gate(device):
@@ -134,7 +135,3 @@ def test_sweep_matches_train_and_does_not_depend_on_workers(device):
         assert run(2) == results
     table = format_table(results)
     assert len(table.splitlines()) == 3 and "lstm_open" in table
-
-
-def test_run_fields():
-    assert Run(0.5, 3).accuracy == 0.5 and Run(0.5, 3).steps == 3
