@@ -21,6 +21,7 @@ import torch
 from torch import Tensor, nn
 
 from lessonlib.attention import dot_product_attention
+from lessonlib.device import one_cpu_thread
 from lessonlib.lstm import open_forget_gate
 
 MODELS = ("rnn", "lstm", "lstm_open", "attention")
@@ -96,13 +97,14 @@ def gradient_reach(
     drawn on the CPU and then moved, so every device measures the same model on the same data.
     """
     norms = []
-    for seed in seeds:
-        torch.manual_seed(seed)
-        model = build(model_name, input_size, hidden_size).to(device)
-        # its own generator, so all four models see the same sequence for a given seed
-        generator = torch.Generator().manual_seed(seed)
-        x = torch.randn(length, input_size, generator=generator).to(device)  # (L, I)
-        norms.append(jacobian_norms(model, x).flip(0))  # flipped: index = distance from the end
+    with one_cpu_thread(device):
+        for seed in seeds:
+            torch.manual_seed(seed)
+            model = build(model_name, input_size, hidden_size).to(device)
+            # its own generator, so all four models see the same sequence for a given seed
+            generator = torch.Generator().manual_seed(seed)
+            x = torch.randn(length, input_size, generator=generator).to(device)  # (L, I)
+            norms.append(jacobian_norms(model, x).flip(0))  # flipped: index = distance from the end
     return torch.stack(norms).mean(0).cpu()
 
 

@@ -48,6 +48,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.batched_rnn import BatchedRNNClassifier
+from lessonlib.device import one_cpu_thread
 from lessonlib.lstm import open_forget_gate
 from lessonlib.progress import progress as progress_bar
 
@@ -175,6 +176,13 @@ def train_seeds(
     Each model gets its own batches, its own loss, its own gradient clipping and its own
     stop: models never interact, so a seed's Run does not depend on which seeds train with it.
     """
+    with one_cpu_thread(device):  # tiny tensors: a second thread only adds waiting
+        return _train_seeds(model_name, length, seeds, protocol, device)
+
+
+def _train_seeds(
+    model_name: str, length: int, seeds: tuple[int, ...], protocol: MemoryProtocol, device: Device
+) -> list[Run]:
     p, M = protocol, len(seeds)
     group = build_group(model_name, seeds, p, device)
     val_tokens, val_labels = validation_set(length, p, device)
@@ -213,15 +221,6 @@ def train(
     return train_seeds(model_name, length, (seed,), protocol, device)[0]
 
 
-def _train_in_worker(
-    model_name: str, length: int, seeds: tuple[int, ...], protocol: MemoryProtocol, device: str,
-    one_thread: bool,
-) -> list[Run]:
-    if one_thread:  # one process per core: a second thread per process would only contend
-        torch.set_num_threads(1)
-    return train_seeds(model_name, length, seeds, protocol, device)
-
-
 def sweep(
     models: tuple[str, ...] = MODELS,
     lengths: tuple[int, ...] = LENGTHS,
@@ -235,8 +234,8 @@ def sweep(
 
     A job is one run, except that an RNN's seeds train together in one batched loop (the
     faster way on a CPU; the results are the same bits either way). On a CPU the jobs are
-    spread over `workers` processes (default: one per core, each single-threaded); on a GPU
-    they run one after another in this process. The results do not depend on `workers`.
+    spread over `workers` processes (default: one per core), each run single-threaded; on a
+    GPU they run one after another in this process. The results do not depend on `workers`.
     A progress bar goes to the terminal (stderr).
     """
     device = torch.device(device)
@@ -251,8 +250,7 @@ def sweep(
                 jobs.extend((m, L, (s,)) for s in seeds)
     jobs.sort(key=lambda job: -job[1] * len(job[2]))  # biggest first, so no worker ends on a long one
     runs = Parallel(n_jobs=workers, return_as="generator")(
-        delayed(_train_in_worker)(m, L, job_seeds, protocol, str(device), workers > 1)
-        for m, L, job_seeds in jobs
+        delayed(train_seeds)(m, L, job_seeds, protocol, str(device)) for m, L, job_seeds in jobs
     )
     results = {}
     runs = progress_bar(runs, "memory task", total=len(jobs), enabled=progress)

@@ -8,15 +8,6 @@ from lessonlib.rnn import RNN
 LENGTH = 60
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny tensors: a second OpenMP thread only adds waiting, badly so on a shared CPU
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def reach(device) -> dict[str, torch.Tensor]:
     return all_reaches(LENGTH, seeds=(0, 1, 2), device=device)

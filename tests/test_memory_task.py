@@ -19,15 +19,6 @@ from lessonlib.memory_task import (
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny tensors: a second OpenMP thread only adds waiting, badly so on a shared CPU
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_batch_label_is_the_first_token_and_the_rest_is_noise(device):
     tokens, labels = make_batch(512, 30, torch.Generator().manual_seed(0), device)
     assert tokens.shape == (512, 30) and labels.shape == (512,)
