@@ -2,13 +2,17 @@
 
     .venv/bin/python scripts/bench_memory_task.py            # the lesson's 36 trainings
     .venv/bin/python scripts/bench_memory_task.py --quick    # smoke test: 2 lengths, 2 seeds, 150 steps
-    .venv/bin/python scripts/bench_memory_task.py --levers   # also time the sweep on a single worker
+    .venv/bin/python scripts/bench_memory_task.py --levers   # also add the levers one at a time
 
 The baseline trains the same models (lessonlib.memory_task.MemoryModel: nn.RNN / nn.LSTM) on
 the same batches under the same protocol, one model at a time, for the full step budget with
-no early stop, single-threaded (faster than torch's default two threads for these small
-tensors, so the comparison is against the better baseline). Ours is memory_task.sweep: stop a
-run once it is solved, and spread the runs over one single-threaded worker process per core.
+no early stop, in one thread (torch's default of two threads makes these small ops slower on
+the 2-core build machine, so one thread is the stronger baseline). Ours is memory_task.sweep:
+a run stops once solved, the RNN seeds of a length train together in one batched loop, and
+the runs are spread over one single-threaded worker process per core.
+
+Wall time depends on what else the machine is doing; CPU time (the workers' included) hardly
+does, so both are printed, with the load average before and after.
 """
 from __future__ import annotations
 
