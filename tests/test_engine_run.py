@@ -88,8 +88,9 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     assert 'alt="A rising line."' in first.markdown and "data:image/svg+xml;base64," in first.markdown
 
 
-def test_a_figure_without_caption_is_an_error():
-    error = error_of("# t\n\n```python exec\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n")
+@pytest.mark.parametrize("options", ["", ' caption=""', " caption=' '"])
+def test_a_figure_without_caption_is_an_error(options):
+    error = error_of(f"# t\n\n```python exec{options}\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n")
     assert str(error).startswith(f"{PATH}:3: this block makes a figure but has no alt text")
 
 

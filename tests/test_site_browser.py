@@ -158,7 +158,6 @@ def test_every_notebook_download_is_a_valid_notebook(reader, base_url):
 
 def test_search_finds_the_forget_gate(reader, base_url):
     page = reader.open(base_url)
-    page.click("label[for=__search]")
     page.fill("input.md-search__input", "forget gate")
     page.wait_for_selector(".md-search-result__item", timeout=15000)
     results = page.inner_text(".md-search-result")
@@ -236,7 +235,9 @@ def test_walkthrough_shows_every_step_of_its_table(reader, base_url):
         state = walkthrough_state(page)
         assert state["status"].startswith(f"Step {n} of {rows}")
         assert_matches_table(state)
-        page.click(".lstm-walkthrough button[data-action=next]")
+        if n < rows:
+            page.click(".lstm-walkthrough button[data-action=next]")
+    assert page.get_attribute(".lstm-walkthrough button[data-action=next]", "aria-disabled") == "true"
 
 
 def test_walkthrough_table_alone_without_javascript(browser, base_url):
@@ -250,10 +251,9 @@ def test_walkthrough_table_alone_without_javascript(browser, base_url):
 def test_walkthrough_works_after_instant_navigation(reader, base_url):
     page = reader.open(base_url + WALKTHROUGH)
     page.evaluate("window.__no_reload = true")
-    page.click("a.md-nav__link[href$='index.html'], a.md-nav__link[href='../..'], a.md-nav__link[href='../../']")
-    page.wait_for_load_state("networkidle")
-    assert page.url.rstrip("/") == base_url.rstrip("/")
-    page.click(f"a.md-nav__link[href$='{WALKTHROUGH}']")
+    page.click("a.md-footer__link--prev")  # the previous page, Home
+    page.wait_for_url(base_url)
+    page.locator(f"article a[href$='{WALKTHROUGH.rstrip('/')}/']").first.click()
     page.wait_for_selector(".lstm-walkthrough__player:not([hidden])")
     assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
     page.click(".lstm-walkthrough button[data-action=next]")

@@ -67,7 +67,7 @@ class Session:
                 except Exception as e:
                     raise self._located(e, f"{type(e).__name__}: {e}", block) from None
         svgs = figures.take_figures()
-        if svgs and "caption" not in block.options:
+        if svgs and not block.options.get("caption", "").strip():
             raise LessonError(self.path, block.start + 1, 'this block makes a figure but has no alt text: add caption="..."')
         return BlockOutput(output.getvalue(), [Figure(svg, block.options.get("caption", "")) for svg in svgs])
 
