@@ -15,3 +15,11 @@ DEVICES = [
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     return torch.device(request.param)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    from pathlib import Path
+
+    screenshots = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
+    if screenshots.is_dir():
+        terminalreporter.write_line(f"browser screenshots (desktop and 390-px phone): {screenshots}")
