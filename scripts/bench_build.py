@@ -92,7 +92,7 @@ def serve_reload_seconds(cache: Path, lesson: Path) -> float:
         port = s.getsockname()[1]
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LESSONLIB_CACHE_DIR": str(cache)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "mkdocs", "serve", "--no-livereload", "-a", f"127.0.0.1:{port}"],
+        [sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"],  # livereload: watches docs/
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     rel = lesson.relative_to(ROOT / "docs").with_suffix("").as_posix()
@@ -125,11 +125,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lesson", type=Path, default=ROOT / "docs/lessons/sequences-to-attention.md")
     parser.add_argument("--skip-serve", action="store_true")
+    parser.add_argument("--serve-only", action="store_true", help="only the floor and the serve reload")
     args = parser.parse_args()
     lesson = args.lesson.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="bench-build-"))
     cache = scratch / "cache"
     try:
+        if args.serve_only:
+            floor = build(cache, scratch / "floor", execute=False)[0]
+            build(cache, scratch / "cold")
+            reload = serve_reload_seconds(cache, lesson)
+            print(f"mkdocs serve, prose edit -> page ready: {reload:.2f} s; floor {floor:.2f} s; ratio {reload / floor:.2f}")
+            return
         rows = {}
         rows["a cold"] = build(cache, scratch / "cold")
         rows["b warm, no change"] = build(cache, scratch / "warm")
