@@ -91,6 +91,7 @@ def serve_reload_seconds(cache: Path, lesson: Path) -> float:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LESSONLIB_CACHE_DIR": str(cache)}
+    env["SITE_URL"] = f"http://127.0.0.1:{port}/"  # serve mounts the site at site_url's path
     server = subprocess.Popen(
         [sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"],  # livereload: watches docs/
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
