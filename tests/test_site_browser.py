@@ -157,9 +157,18 @@ def test_every_notebook_download_is_a_valid_notebook(reader, base_url):
 
 
 def test_search_finds_the_forget_gate(reader, base_url):
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
     page = reader.open(base_url)
-    page.fill("input.md-search__input", "forget gate")
-    page.wait_for_selector(".md-search-result__item", timeout=15000)
+    # The index loads in a web worker; a query typed before it is ready finds nothing, so retype.
+    for _ in range(20):
+        page.fill("input.md-search__input", "")
+        page.locator("input.md-search__input").press_sequentially("forget gate", delay=20)
+        try:
+            page.wait_for_selector(".md-search-result__item", timeout=1500)
+            break
+        except PlaywrightTimeout:
+            continue
     results = page.inner_text(".md-search-result")
     assert "forget gate" in results.lower()
 
