@@ -128,3 +128,28 @@ def test_memoized_experiments_do_not_rerun_when_a_later_block_changes(tmp_path, 
     assert runs(log) == 1
     execute_page(page("print(result + 2)"), PATH, Settings(cache_dir=settings.cache_dir, refresh=True))
     assert runs(log) == 2, "a forced refresh reruns memoized experiments too"
+
+
+def test_editing_a_lessonlib_function_reruns_the_page_and_changes_its_figure(tmp_path, settings):
+    """End to end with a real module inside the lessonlib package (removed afterwards)."""
+    import importlib
+    import uuid
+
+    name = f"_probe_{uuid.uuid4().hex[:8]}"
+    module = cache_module.SOURCE_ROOT / f"{name}.py"
+    page = (
+        f'```python exec caption="A line drawn by lessonlib.{name}."\n'
+        f"import importlib\nimport lessonlib.{name} as probe\nimportlib.reload(probe)\nprobe.draw()\n```\n"
+    )
+    draw = "import matplotlib.pyplot as plt\n\ndef draw():\n    plt.plot([0, 1], [0, {slope}])\n"
+    try:
+        module.write_text(draw.format(slope=1))
+        importlib.invalidate_caches()
+        first = execute_page(page, PATH, settings)
+        assert execute_page(page, PATH, settings).from_cache
+        module.write_text(draw.format(slope=2))
+        second = execute_page(page, PATH, settings)
+        assert not second.from_cache and second.blocks_run == 1
+        assert first.outputs[0][0].figures[0].svg != second.outputs[0][0].figures[0].svg
+    finally:
+        module.unlink(missing_ok=True)
