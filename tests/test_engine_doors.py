@@ -13,7 +13,6 @@ from pathlib import Path
 import nbformat
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
 MKDOCS_YML = """\
 site_name: Fixture
 strict: true

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -41,7 +41,6 @@ class PageResult:
     blocks_run: int = 0
     from_cache: bool = False
     seconds: float = 0.0
-    key: str = field(default="")
 
 
 def execute_page(text: str, path: str, settings: Settings) -> PageResult:
@@ -57,7 +56,7 @@ def execute_page(text: str, path: str, settings: Settings) -> PageResult:
     key = page_key(page, environment)
     cache = PageCache(settings.cache_dir) if settings.cache_dir else None
     outputs = None if cache is None or settings.refresh else cache.load(key)
-    result = PageResult(page, "", outputs, from_cache=outputs is not None, key=key)
+    result = PageResult(page, "", outputs, from_cache=outputs is not None)
     if outputs is None:
         memo_dir = None if cache is None or settings.refresh else settings.cache_dir / "memo" / environment[:16]
         with memo_location(memo_dir):
