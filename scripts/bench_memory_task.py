@@ -4,7 +4,7 @@
     .venv/bin/python scripts/bench_memory_task.py --quick    # smoke test: 2 lengths, 2 seeds, 150 steps
     .venv/bin/python scripts/bench_memory_task.py --levers   # also add the levers one at a time
 
-The baseline trains the same models (lessonlib.memory_task.MemoryModel: nn.RNN / nn.LSTM) on
+The baseline trains the same models (lessonlib.experiments.memory_task.MemoryModel: nn.RNN / nn.LSTM) on
 the same batches under the same protocol, one model at a time, for the full step budget with
 no early stop, in one thread (torch's default of two threads makes these small ops slower on
 the 2-core build machine, so one thread is the stronger baseline). Ours is memory_task.sweep:
@@ -26,7 +26,7 @@ import torch
 from joblib.externals.loky import get_reusable_executor
 from torch import nn
 
-from lessonlib import memory_task as mt
+from lessonlib.experiments import memory_task as mt
 
 
 def train_baseline(model_name: str, length: int, seed: int, protocol: mt.MemoryProtocol) -> mt.Run:

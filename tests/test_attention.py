@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from lessonlib.attention import dot_product_attention
+from lessonlib.models.attention import dot_product_attention
 
 F64 = torch.float64
 # (query shape, keys shape, values shape): unbatched, batched, batch x heads, broadcast keys

@@ -6,9 +6,9 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from lessonlib.gru import GRU
-from lessonlib.lstm import LSTM, open_forget_gate
-from lessonlib.rnn import RNN
+from lessonlib.models.gru import GRU
+from lessonlib.models.lstm import LSTM, open_forget_gate
+from lessonlib.models.rnn import RNN
 
 CELLS = [
     pytest.param(RNN, nn.RNN, id="rnn"),

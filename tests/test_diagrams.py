@@ -11,7 +11,7 @@ import torch  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 
-from lessonlib import diagrams, plots  # noqa: E402
+from lessonlib.figures import diagrams, plots  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

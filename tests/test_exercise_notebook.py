@@ -17,7 +17,7 @@ import torch
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-from lessonlib import exercise
+from lessonlib.exercises import attention as exercise
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-attention.ipynb"
 

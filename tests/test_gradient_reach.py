@@ -1,9 +1,9 @@
 import pytest
 import torch
 
-from lessonlib.gradient_reach import MODELS, all_reaches, build, gradient_reach, jacobian_norms
-from lessonlib.lstm import LSTM
-from lessonlib.rnn import RNN
+from lessonlib.experiments.gradient_reach import MODELS, all_reaches, build, gradient_reach, jacobian_norms
+from lessonlib.models.lstm import LSTM
+from lessonlib.models.rnn import RNN
 
 LENGTH = 60
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 from torch.nn.functional import cross_entropy
 
-from lessonlib.batched_rnn import BatchedRNNClassifier
-from lessonlib.memory_task import (
+from lessonlib.models.batched_rnn import BatchedRNNClassifier
+from lessonlib.experiments.memory_task import (
     CLUES,
     PROTOCOL,
     MemoryModel,

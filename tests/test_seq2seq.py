@@ -1,6 +1,6 @@
 import torch
 
-from lessonlib import seq2seq as s2s
+from lessonlib.models import seq2seq as s2s
 
 
 def _model(attention: bool, device: torch.device, seed: int = 0, cell: str = "gru") -> s2s.Seq2Seq:

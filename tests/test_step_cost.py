@@ -2,7 +2,7 @@ import math
 
 import numpy as np
 
-from lessonlib import step_cost
+from lessonlib.experiments import step_cost
 
 
 def test_macs_attention_grows_linearly_rnn_stays_constant():

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from lessonlib.walkthrough import (
+from lessonlib.figures.walkthrough import (
     HIDDEN_SIZE, Step, lstm_walkthrough_steps, number, walkthrough_example, walkthrough_html,
 )
 

@@ -1,4 +1,4 @@
-/* Step-by-step player for the LSTM walkthrough (markup and numbers: lessonlib/walkthrough.py).
+/* Step-by-step player for the LSTM walkthrough (markup and numbers: lessonlib/figures/walkthrough.py).
    Without this script the widget is its static table; with it, the player above the table is
    shown and steps through the same data, read from the widget's data-steps attribute (JSON). */
 (function () {

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from lessonlib.engine import figures
+from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
 from lessonlib.engine.errors import LessonError
 
@@ -48,7 +48,7 @@ class Session:
         random.seed(SEED)
         np.random.seed(SEED)
         torch.manual_seed(SEED)
-        figures.reset()
+        svg.reset()
 
     def run(self, block: Block) -> BlockOutput:
         output = io.StringIO()
@@ -66,7 +66,7 @@ class Session:
                     raise self._located(e, f"block timed out after {seconds:g} s", block, callees=False) from None
                 except Exception as e:
                     raise self._located(e, f"{type(e).__name__}: {e}", block) from None
-        svgs = figures.take_figures()
+        svgs = svg.take_figures()
         if svgs and not block.options.get("caption", "").strip():
             raise LessonError(self.path, block.start + 1, 'this block makes a figure but has no alt text: add caption="..."')
         return BlockOutput(output.getvalue(), [Figure(svg, block.options.get("caption", "")) for svg in svgs])

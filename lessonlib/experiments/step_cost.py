@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from lessonlib.attention import dot_product_attention
+from lessonlib.models.attention import dot_product_attention
 
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}  # matrix products per step: tanh RNN 1, GRU 3, LSTM 4
 

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from lessonlib.rnn import Recurrent
+from lessonlib.models.rnn import Recurrent
 
 
 class LSTMStep(NamedTuple):

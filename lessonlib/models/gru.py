@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lessonlib.rnn import Recurrent
+from lessonlib.models.rnn import Recurrent
 
 
 class GRU(Recurrent):

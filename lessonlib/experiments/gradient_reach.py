@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lessonlib.attention import dot_product_attention
+from lessonlib.models.attention import dot_product_attention
 from lessonlib.device import one_cpu_thread
-from lessonlib.lstm import open_forget_gate
+from lessonlib.models.lstm import open_forget_gate
 
 MODELS = ("rnn", "lstm", "lstm_open", "attention")
 INPUT_SIZE = 16

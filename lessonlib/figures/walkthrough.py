@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from lessonlib.device import device as build_device
-from lessonlib.lstm import LSTM, open_forget_gate
+from lessonlib.models.lstm import LSTM, open_forget_gate
 
 INPUT_SIZE, HIDDEN_SIZE = 2, 3
 EARLIER_INPUTS = 2  # steps run before the one we follow, so that h_prev and c_prev are not zero

@@ -8,9 +8,9 @@ The reader writes one function,
         weights         (B, T_out, T_in) = softmax(decoder_states @ encoder_outputs^T / sqrt(H))
         context         (B, T_out, H)   = weights @ encoder_outputs
 
-`check(attend)` compares it with lessonlib.attention.dot_product_attention and says in plain
+`check(attend)` compares it with lessonlib.models.attention.dot_product_attention and says in plain
 words what is wrong; `diagnose(attend)` returns that message (None when all is well) for tests.
-`train(attend, ...)` trains lessonlib.seq2seq's model on digit reversal with the reader's function
+`train(attend, ...)` trains lessonlib.models.seq2seq's model on digit reversal with the reader's function
 as its attention (or without attention for attend=None), on a budget small enough for a laptop.
 """
 from __future__ import annotations
@@ -21,8 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from lessonlib import seq2seq
-from lessonlib.attention import dot_product_attention
+from lessonlib.models import seq2seq
+from lessonlib.models.attention import dot_product_attention
 
 Attend = Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
 
@@ -157,7 +157,7 @@ def check(attend: Attend) -> None:
 
 def train(attend: Attend | None, *, seed: int = 0, steps: int = 800, lr: float = 1e-2,
           min_len: int = 3, max_len: int = 12, hidden: int = 64, cell: str = "gru") -> seq2seq.Seq2Seq:
-    """Train lessonlib.seq2seq's reverser with ``attend`` as its decoder's attention (None: no
+    """Train lessonlib.models.seq2seq's reverser with ``attend`` as its decoder's attention (None: no
     attention), on a budget small enough for a laptop. The same seed gives the same initial weights
     and batches whatever ``attend`` is, so the two models differ only in attention."""
     return seq2seq.train(attend is not None, seed, steps=steps, lr=lr, min_len=min_len, max_len=max_len,

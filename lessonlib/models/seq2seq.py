@@ -32,7 +32,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from lessonlib.attention import dot_product_attention
+from lessonlib.models.attention import dot_product_attention
 from lessonlib.device import one_cpu_thread
 from lessonlib.progress import progress as progress_bar
 

@@ -1,7 +1,7 @@
 """Diagrams drawn by code for the sequences-to-attention lesson.
 
 One function per figure; each returns a matplotlib Figure on a white background, in the
-colour-blind-safe palette of lessonlib.plots, with no randomness (the same call draws the same
+colour-blind-safe palette of lessonlib.figures.plots, with no randomness (the same call draws the same
 picture). Where a diagram can show numbers the lesson computed (the hidden states of the
 unrolled RNN, the evidence in the summary table), the page passes them in.
 """
@@ -14,7 +14,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
 
-from lessonlib.plots import PALETTE
+from lessonlib.figures.plots import PALETTE
 
 TEXT = "#222222"
 LIGHT = {  # pale fills that keep black text readable

@@ -4,7 +4,7 @@ A sequence of `length` tokens starts with a clue, token 0 or 1, which is also th
 other length - 1 tokens are noise, drawn uniformly from the tokens 2..vocab-1. The model
 embeds the tokens, runs a recurrent layer over them and classifies its final hidden state, so
 the only way to beat chance (0.5) is to carry the clue across every noise step. Which models
-learn it at which lengths is the gradient-reach picture (lessonlib.gradient_reach) put to work.
+learn it at which lengths is the gradient-reach picture (lessonlib.experiments.gradient_reach) put to work.
 
 One protocol (MemoryProtocol) trains every model at every length and seed; nothing is tuned
 per model. Why these settings (all measured with vocabulary 10, embedding 16, hidden 32):
@@ -32,7 +32,7 @@ CPU and are moved to the device, so a seed means the same model and data on any 
 a CPU run gives bit-identical results every time.
 
 Speed (the sweep is the longest part of the site's build): runs stop when solved; the three
-RNN seeds of a length train together in one hand-written batched loop (lessonlib.batched_rnn),
+RNN seeds of a length train together in one hand-written batched loop (lessonlib.models.batched_rnn),
 which on a CPU is faster than nn.RNN; on a CPU the runs are spread over one single-threaded
 process per core. scripts/bench_memory_task.py measures each of these against a plain loop.
 """
@@ -47,9 +47,9 @@ from joblib import Parallel, delayed
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lessonlib.batched_rnn import BatchedRNNClassifier
+from lessonlib.models.batched_rnn import BatchedRNNClassifier
 from lessonlib.device import one_cpu_thread
-from lessonlib.lstm import open_forget_gate
+from lessonlib.models.lstm import open_forget_gate
 from lessonlib.progress import progress as progress_bar
 
 MODELS = ("rnn", "lstm", "lstm_open")
@@ -143,7 +143,7 @@ def build_group(
     model_name: str, seeds: tuple[int, ...], protocol: MemoryProtocol = PROTOCOL, device: Device = "cpu"
 ) -> BatchedRNNClassifier | Separate:
     """One model per seed, to be trained together. The RNNs share one batched loop (faster on
-    a CPU than nn.RNN, see lessonlib.batched_rnn); the LSTMs stay nn.LSTMs (a fused kernel)."""
+    a CPU than nn.RNN, see lessonlib.models.batched_rnn); the LSTMs stay nn.LSTMs (a fused kernel)."""
     models = [build(model_name, seed, protocol) for seed in seeds]
     group = BatchedRNNClassifier(models) if model_name == "rnn" else Separate(models)
     return group.to(device)

@@ -1,0 +1,1 @@
+"""Support code for the exercise notebooks: checkers that name the reader's mistake."""

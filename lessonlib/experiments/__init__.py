@@ -1,0 +1,1 @@
+"""The lessons' experiments: gradient reach, the memory task and what a step costs."""
