@@ -52,7 +52,8 @@ from lessonlib.device import one_cpu_thread
 from lessonlib.models.lstm import open_forget_gate
 from lessonlib.progress import progress as progress_bar
 
-MODELS = ("rnn", "lstm", "lstm_open")
+MODELS = ("rnn", "lstm", "lstm_open")  # the lesson's sweep; "gru" is built too
+KNOWN = (*MODELS, "gru")
 LENGTHS = (10, 30, 50, 100)
 SEEDS = (0, 1, 2)
 CLUES = 2  # tokens 0 and 1 are the clues (and the labels); the rest of the vocabulary is noise
@@ -103,12 +104,14 @@ class MemoryModel(nn.Module):
         self.embed = nn.Embedding(p.vocab, p.embedding)
         if model_name == "rnn":
             self.rnn = nn.RNN(p.embedding, p.hidden, batch_first=True)
+        elif model_name == "gru":
+            self.rnn = nn.GRU(p.embedding, p.hidden, batch_first=True)
         elif model_name in ("lstm", "lstm_open"):
             self.rnn = nn.LSTM(p.embedding, p.hidden, batch_first=True)
             if model_name == "lstm_open":
                 open_forget_gate(self.rnn, 1.5)  # both biases: the forget gate starts near sigmoid(3)
         else:
-            raise ValueError(f"unknown model {model_name!r}, expected one of {MODELS}")
+            raise ValueError(f"unknown model {model_name!r}, expected one of {KNOWN}")
         self.head = nn.Linear(p.hidden, CLUES)
 
     def forward(self, tokens: Tensor) -> Tensor:
