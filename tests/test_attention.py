@@ -95,3 +95,26 @@ def test_causal_needs_square_scores():
     # SDPA's is_causal aligns the mask top-left when Lq != Lk; we refuse rather than guess
     with pytest.raises(ValueError, match="Lq == Lk"):
         dot_product_attention(torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2), causal=True)
+
+
+def test_boolean_mask_matches_sdpa_and_gives_masked_keys_zero_weight(device):
+    torch.manual_seed(0)
+    q, k, v = randn((2, 3, 5, 8), device), randn((2, 3, 7, 8), device), randn((2, 3, 7, 4), device)
+    lengths = torch.tensor([7, 4], device=device)  # the second sequence has 3 padded keys
+    mask = (torch.arange(7, device=device) < lengths[:, None])[:, None, None, :]  # (B, 1, 1, Lk)
+
+    context, weights = dot_product_attention(q, k, v, mask=mask)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert_close(context, want, atol=1e-9, rtol=0)
+    assert torch.all(weights[1, ..., 4:] == 0)  # exactly zero, not merely small
+    assert torch.all(weights[0] > 0)
+    grads = torch.autograd.grad(context.sum(), (q, k, v))
+    want_grads = torch.autograd.grad(want.sum(), (q, k, v))
+    for g, w in zip(grads, want_grads, strict=True):
+        assert_close(g, w, atol=1e-9, rtol=0)
+
+
+def test_mask_must_be_boolean():
+    q = torch.randn(2, 3, 4)
+    with pytest.raises(ValueError, match="boolean"):
+        dot_product_attention(q, q, q, mask=torch.ones(3, 3))
