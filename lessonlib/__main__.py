@@ -1,4 +1,4 @@
-"""The command-line door: ``python -m lessonlib run|notebook docs/PATH.md``."""
+"""The command-line door: ``python -m lessonlib run|notebook|check docs/PATH.md``."""
 from __future__ import annotations
 
 import argparse
@@ -10,6 +10,7 @@ import nbformat
 
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.notebook import to_notebook
+from lessonlib.engine.numerals import hand_typed_numerals
 from lessonlib.engine.page import PageResult, Settings, execute_page
 from lessonlib.engine.plugin import load_settings
 
@@ -23,9 +24,13 @@ def main(argv: list[str] | None = None) -> int:
     export = commands.add_parser("notebook", help="export one page as a Jupyter notebook (runs it first)")
     export.add_argument("page", type=Path)
     export.add_argument("-o", "--output", type=Path, required=True)
+    check = commands.add_parser("check", help="list numerals typed by hand in the prose of pages (runs nothing)")
+    check.add_argument("pages", type=Path, nargs="+")
     parser.add_argument("--config", type=Path, default=Path("mkdocs.yml"), help="default: %(default)s")
     args = parser.parse_args(argv)
 
+    if args.command == "check":
+        return _check(parser, args.pages)
     if not args.page.is_file():
         parser.error(f"no such page: {args.page}")
     settings = load_settings(args.config) if args.config.is_file() else Settings().with_environment()
@@ -41,6 +46,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         _print_outputs(result)
     return 0
+
+
+def _check(parser: argparse.ArgumentParser, pages: list[Path]) -> int:
+    """Each numeral in prose as ``docs/PATH.md:LINE: ...``; exit status 1 if there is any."""
+    found = 0
+    for page in pages:
+        if not page.is_file():
+            parser.error(f"no such page: {page}")
+        for numeral in hand_typed_numerals(page.read_text(encoding="utf-8")):
+            print(f"{page.as_posix()}:{numeral.line}: {numeral}")
+            found += 1
+    if found:
+        print(f"{found} numerals typed by hand: make each an inline value (`{{py}} expr`), or mark a "
+              "deliberate literal as `{lit} text`", file=sys.stderr)
+    return 1 if found else 0
 
 
 def _print_outputs(result: PageResult) -> None:

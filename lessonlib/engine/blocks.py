@@ -13,14 +13,16 @@ from markdown_it import MarkdownIt
 
 from lessonlib.engine.errors import LessonError
 
-FLAGS = {"hide-code", "hide-output", "html"}
+FLAGS = {"hide-code", "hide-output", "html", "timing"}
 KEYED = {"caption", "timeout"}
 
 _md = MarkdownIt("commonmark").disable("code")
 # Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
-# an inline value is a single-backtick span `{py} expr` or `{py} expr:spec`.
+# an inline value is a single-backtick span `{py} expr` or `{py} expr:spec`, and a deliberate
+# literal in prose (a year, "Figure 2") is `{lit} text`, shown as plain text.
 CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _INLINE_VALUE = re.compile(r"\{py\}\s+(.+?)\s*")
+_LITERAL = re.compile(r"\{lit\}\s+(.+?)\s*")
 _FORMAT_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?\d*[,_]?(?:\.\d+)?[bcdeEfFgGnosxX%]?")
 
 
@@ -93,6 +95,12 @@ def inline_source(span: re.Match[str]) -> str | None:
     """The source of an inline value (``expr`` or ``expr:spec``) if this code span is one."""
     value = _INLINE_VALUE.fullmatch(span.group(2)) if span.group(1) == "`" else None
     return value.group(1) if value else None
+
+
+def literal_text(span: re.Match[str]) -> str | None:
+    """The text of a deliberate literal `{lit} text` if this code span is one."""
+    literal = _LITERAL.fullmatch(span.group(2)) if span.group(1) == "`" else None
+    return literal.group(1) if literal else None
 
 
 def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:

@@ -10,7 +10,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, get_plugin_logger
 
 from lessonlib.engine.errors import LessonError
-from lessonlib.engine.mathml import to_mathml
+from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.notebook import to_notebook
 from lessonlib.engine.page import Settings, execute_page
 
@@ -50,6 +50,13 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return f"{result.markdown[offset:]}\n{link}\n"
 
     def on_page_content(self, html, page, config, files):
+        source = Path(page.file.abs_src_path)
+        lines = source.read_text(encoding="utf-8").splitlines() if source.suffix == ".md" else []
+        for leak in leftover_tex(html):
+            # A warning, so that a strict build fails while a draft build still shows the page.
+            where = f"{source.relative_to(Path(config.config_file_path).parent).as_posix()}:{source_line(leak, lines)}"
+            log.warning(f"{where}: raw TeX in the page's text: {leak!r} (inline math is $...$ with no "
+                        "space just inside either dollar)")
         return to_mathml(html)
 
 

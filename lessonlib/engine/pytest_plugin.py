@@ -1,4 +1,5 @@
-"""The pytest door: every page under docs/ with exec or pycon blocks is one test item.
+"""The pytest door: every page under docs/ with exec or pycon blocks is one test item, and
+every lesson page (docs/lessons/) gets a second one: no numeral typed by hand in its prose.
 
 Each item runs its page afresh (the cache is not read; memoized experiments rerun too) and
 stores the result, so a site build later in the same test run is warm.
@@ -12,6 +13,7 @@ import pytest
 
 from lessonlib.engine.blocks import parse_page
 from lessonlib.engine.errors import LessonError
+from lessonlib.engine.numerals import hand_typed_numerals
 from lessonlib.engine.page import execute_page
 from lessonlib.engine.plugin import load_settings
 
@@ -28,6 +30,23 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 class LessonFile(pytest.File):
     def collect(self):
         yield LessonItem.from_parent(self, name="executes")
+        if "lessons" in self.path.relative_to(self.config.rootpath).parts:
+            yield NumeralsItem.from_parent(self, name="numbers-come-from-code")
+
+
+class NumeralsItem(pytest.Item):
+    def runtest(self) -> None:
+        rel = self.path.relative_to(self.config.rootpath).as_posix()
+        numerals = hand_typed_numerals(self.path.read_text(encoding="utf-8"))
+        if numerals:
+            raise LessonError(rel, numerals[0].line, f"{len(numerals)} numerals typed by hand in prose",
+                              "\n".join(f"{rel}:{n.line}: {n}" for n in numerals))
+
+    def repr_failure(self, excinfo, style=None):
+        return str(excinfo.value) if isinstance(excinfo.value, LessonError) else super().repr_failure(excinfo, style)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: every number in prose comes from code"
 
 
 class LessonItem(pytest.Item):

@@ -5,7 +5,7 @@ import base64
 import html
 import re
 
-from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source
+from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source, literal_text
 from lessonlib.engine.session import BlockOutput
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
@@ -35,14 +35,22 @@ def render_line(page: ParsedPage, i: int, values: dict[str, str] | None) -> str:
 
 def substitute_inline(line: str, values: dict[str, str] | None) -> str:
     def replace(span: re.Match[str]) -> str:
+        literal = literal_text(span)
+        if literal is not None:
+            return _as_text(literal)
         source = inline_source(span)
         if source is None:
             return span.group(0)
         if values is None:
             return f"`{source}`"
-        return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(values[source], quote=False))
+        return _as_text(values[source])
 
     return CODE_SPAN.sub(replace, line)
+
+
+def _as_text(value: str) -> str:
+    """A value shown as plain text in Markdown: no markup, no HTML."""
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(value, quote=False))
 
 
 def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[str]:
@@ -62,8 +70,8 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
         # Opt-in markup (widgets): one HTML block, so no blank lines inside it.
         pieces.append("\n".join(row for row in output.text.splitlines() if row.strip()))
     elif output.text and "hide-output" not in block.options:
-        pieces.append(_text_output(output.text))
-    pieces += [_figure(f.svg, f.alt) for f in output.figures]
+        pieces.append(_text_output(output.text, timing="timing" in block.options))
+    pieces += [_figure(f.svg, f.alt, timing="timing" in block.options) for f in output.figures]
     for piece in pieces:
         lines.append("\n")
         lines += [f"{block.indent}{row}\n" if row else "\n" for row in piece.split("\n")]
@@ -72,18 +80,28 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
     return lines
 
 
-def _text_output(text: str) -> str:
+# A `timing` block's output is a wall-clock measurement: marked for readers, and by class
+# (TIMING_CLASS) for the checks that compare two builds byte for byte.
+TIMING_CLASS = "lessonlib-timing"
+TIMING_NOTE = "Measured when the site was built: timings vary from run to run and machine to machine."
+
+
+def _text_output(text: str, timing: bool = False) -> str:
     # A fence longer than any backtick run inside, so output can never close it early;
     # inside a fence everything, <script> included, is shown as text.
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
-    return f'{fence} {{ .text .lessonlib-output title="Output" }}\n{text.rstrip()}\n{fence}'
+    title = "Output (measured timings: they vary from run to run)" if timing else "Output"
+    classes = f".text .lessonlib-output{' .' + TIMING_CLASS if timing else ''}"
+    return f'{fence} {{ {classes} title="{title}" }}\n{text.rstrip()}\n{fence}'
 
 
-def _figure(svg: str, alt: str) -> str:
+def _figure(svg: str, alt: str, timing: bool = False) -> str:
     data = base64.b64encode(svg.encode()).decode()
     alt = html.escape(alt, quote=True)
+    classes = f"lessonlib-figure {TIMING_CLASS}" if timing else "lessonlib-figure"
+    note = f'<small class="lessonlib-timing-note">{TIMING_NOTE}</small>' if timing else ""
     return (
-        f'<figure class="lessonlib-figure"><img src="data:image/svg+xml;base64,{data}" alt="{alt}">'
-        f'<figcaption aria-hidden="true">{alt}</figcaption></figure>'
+        f'<figure class="{classes}"><img src="data:image/svg+xml;base64,{data}" alt="{alt}">'
+        f'<figcaption aria-hidden="true">{alt}</figcaption>{note}</figure>'
     )

@@ -1,0 +1,85 @@
+"""The checks that keep the promise "every number comes from code": numerals typed in prose,
+raw TeX left in the rendered text, literals and timing blocks marked as such."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.mathml import leftover_tex, source_line
+from lessonlib.engine.numerals import hand_typed_numerals
+from lessonlib.engine.render import TIMING_CLASS, render
+from lessonlib.engine.session import BlockOutput, Figure
+
+from test_engine_doors import build, make_site
+
+PROSE = """\
+# Results
+
+The RNN has 64 hidden units and `{py} params:,` parameters; seq2seq in float64.
+We trained for 1,600 steps, $H = 32$, and in `{lit} 1997` the LSTM appeared.
+
+```python exec
+steps = 600  # numbers in code are code
+```
+
+| model | seeds |
+|---|---|
+| RNN | 3 |
+
+!!! note "Figure 2"
+    shown at 0.5 scale
+"""
+
+
+def test_numerals_in_prose_are_found_with_their_lines_and_nothing_else():
+    found = [(n.line, n.text) for n in hand_typed_numerals(PROSE)]
+    assert found == [(3, "64"), (4, "1,600"), (12, "3"), (14, "2"), (15, "0.5")]
+
+
+def test_check_command_lists_numerals_and_fails_only_when_there_are_some(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(PROSE)
+    result = subprocess.run([sys.executable, "-m", "lessonlib", "check", str(page)], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert f"{page.as_posix()}:3: numeral '64' typed in prose" in result.stdout
+    clean = tmp_path / "clean.md"
+    clean.write_text("Every number is `{py} n` or `{lit} 1997`.\n")
+    result = subprocess.run([sys.executable, "-m", "lessonlib", "check", str(clean)], capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout == ""
+
+
+def test_a_literal_renders_as_plain_text_with_or_without_execution():
+    page = parse_page("Since `{lit} 1997*`, n = `{py} n`.\n", "docs/p.md")
+    assert render(page, None, None) == "Since 1997\\*, n = `n`.\n"
+    assert render(page, [], {"n": "5"}) == "Since 1997\\*, n = 5.\n"
+
+
+def test_timing_block_outputs_are_marked_for_readers_and_for_comparisons():
+    page = parse_page('```python exec timing caption="Time per step."\nt = 1\n```\n', "docs/p.md")
+    markdown = render(page, [BlockOutput("0.12 ms\n", [Figure("<svg/>", "Time per step.")])], {})
+    assert f".{TIMING_CLASS}" in markdown and "vary from run to run" in markdown
+    assert f'class="lessonlib-figure {TIMING_CLASS}"' in markdown
+
+
+def test_leftover_tex_is_found_outside_code_and_math_only():
+    html = (
+        '<p>beyond $n = $ 768 tokens, <code>$x$</code>, <span class="arithmatex"><math>x</math></span>'
+        "<br> \\frac{a}{b} and \\( x \\)</p><pre>\\alpha $y$</pre><p>costs $5</p>"
+    )
+    assert leftover_tex(html) == ["$n = $", "\\frac", "\\(", "\\)"]
+    assert source_line("$n = $", ["# T", "", "beyond $n = $ `{py} n` tokens"]) == 3
+
+
+def test_strict_build_fails_on_raw_tex_naming_the_markdown_line(tmp_path):
+    page = "# Tokens\n\n```python exec\nn = 768\n```\n\nBeyond $n = $ `{py} n` tokens the cost grows.\n"
+    site = make_site(tmp_path, {"index.md": "# Home\n", "tex.md": page})
+    config = site / "mkdocs.yml"
+    config.write_text(config.read_text().replace("attr_list]", "attr_list, {pymdownx.arithmatex: {generic: true}}]"))
+    result = build(site)
+    assert result.returncode != 0
+    assert "docs/tex.md:7: raw TeX in the page's text: '$n = $'" in result.stderr
+
+    (site / "docs" / "tex.md").write_text(page.replace("$n = $ `{py} n`", "$n =$ `{py} n`"))
+    fixed = build(site)
+    assert fixed.returncode == 0, fixed.stderr
