@@ -32,7 +32,9 @@ def position_accuracy(model: seq2seq.Seq2Seq, length: int, n: int = 500, seed: i
                       ) -> PositionAccuracy:
     """Per output position, the share of ``n`` strings of ``length`` digits decoded right.
 
-    Uses exact_match's strings (same ``seed``). The last position is ``</s>``.
+    Uses exact_match's strings (same ``seed``). The last position is ``</s>``. Free running ends
+    at the model's first ``</s>``, as in greedy decoding: a string ended too early is wrong at
+    every later position.
     """
     device = next(model.parameters()).device
     src, tgt = seq2seq.make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
@@ -40,10 +42,7 @@ def position_accuracy(model: seq2seq.Seq2Seq, length: int, n: int = 500, seed: i
         teacher = model(src, tgt).argmax(-1)                          # (n, T+1): fed the right tokens
         free, _ = model.greedy_decode(src, max_len=length + 1)        # (n, T+1): fed its own tokens
     right_tf, right_free = teacher == tgt, free == tgt                # (n, T+1)
-    wrong = ~right_free
-    # positions strictly after the first free-running error of each string
-    after = wrong.int().cumsum(dim=1).roll(1, dims=1) > 0
-    after[:, 0] = False
+    after = after_first_error(~right_free)
     return PositionAccuracy(
         teacher_forced=right_tf.float().mean(0).cpu(),
         free_running=right_free.float().mean(0).cpu(),
@@ -52,3 +51,9 @@ def position_accuracy(model: seq2seq.Seq2Seq, length: int, n: int = 500, seed: i
         after_error_teacher_forced=right_tf[after].float().mean().item(),
         after_error_free_running=right_free[after].float().mean().item(),
     )
+
+
+def after_first_error(wrong: torch.Tensor) -> torch.Tensor:
+    """wrong (n, L) bool -> (n, L) bool: True at the positions strictly after each row's first True."""
+    errors_before = wrong.int().cumsum(dim=1) - wrong.int()  # errors at earlier positions only
+    return errors_before > 0

@@ -73,7 +73,7 @@ def encoder_decoder(source: Sequence[str], written: Sequence[str], hidden: int,
                 ax.add_patch(FancyArrowPatch((x_out, y_cell + CELL_H / 2), (x_in, y_cell + CELL_H / 2),
                                              connectionstyle=f"arc3,rad={BEND}", arrowstyle="-",
                                              color=PALETTE["vermillion"], linewidth=MAX_LINE_WIDTH * w,
-                                             alpha=0.75, shrinkA=0, shrinkB=0, zorder=1))
+                                             alpha=0.75, shrinkA=0, shrinkB=0, zorder=1, label="attention"))
         ax.text((enc_x[0] + dec_x[-1]) / 2, top - 0.25,
                 "attention: each decoder step reads every encoder state; line width = weight",
                 ha="center", va="top", fontsize=10.5, color=TEXT, style="italic")
