@@ -51,10 +51,11 @@ from lessonlib.models.batched_rnn import BatchedRNNClassifier
 from lessonlib.device import one_cpu_thread
 from lessonlib.models.gru import open_update_gate
 from lessonlib.models.lstm import open_forget_gate
+from lessonlib.models.transformer import Transformer
 from lessonlib.progress import progress as progress_bar
 
 MODELS = ("rnn", "lstm", "lstm_open")  # the lesson's main sweep; the GRUs are built too
-KNOWN = (*MODELS, "gru", "gru_open")
+KNOWN = (*MODELS, "gru", "gru_open", "transformer")
 LENGTHS = (10, 30, 50, 100)
 SEEDS = (0, 1, 2)
 CLUES = 2  # tokens 0 and 1 are the clues (and the labels); the rest of the vocabulary is noise
@@ -113,6 +114,10 @@ class MemoryModel(nn.Module):
             self.rnn = nn.LSTM(p.embedding, p.hidden, batch_first=True)
             if model_name == "lstm_open":
                 open_forget_gate(self.rnn, 1.5)  # both biases: the forget gate starts near sigmoid(3)
+        elif model_name == "transformer":
+            # not recurrent, but it fills the same slot: (B, L, embedding) -> (outputs (B, L, hidden), _),
+            # causal, so the last position is the only one that has read the whole sequence
+            self.rnn = Transformer(p.hidden, heads=2, layers=1, d_in=p.embedding, positions="sinusoidal")
         else:
             raise ValueError(f"unknown model {model_name!r}, expected one of {KNOWN}")
         self.head = nn.Linear(p.hidden, CLUES)
