@@ -32,11 +32,12 @@ class Block(nn.Module):
     def __init__(self, d_model: int, heads: int, d_ff: int | None = None) -> None:
         super().__init__()
         d_ff = 4 * d_model if d_ff is None else d_ff
-        self.norm1 = nn.LayerNorm(d_model)
+        # registered in torch's order, so the same seed draws the same weights as nn.TransformerEncoderLayer
         self.self_attn = MultiHeadAttention(d_model, heads)
-        self.norm2 = nn.LayerNorm(d_model)
         self.linear1 = nn.Linear(d_model, d_ff)  # the MLP widens each position's vector ...
         self.linear2 = nn.Linear(d_ff, d_model)  # ... and narrows it back
+        self.norm1 = nn.LayerNorm(d_model)  # before attention
+        self.norm2 = nn.LayerNorm(d_model)  # before the MLP
 
     def forward(self, x: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None,
                 cache: KVCache | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
