@@ -32,15 +32,15 @@ def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
     return cells[0]
 
 
-def solution_code(nb: nbformat.NotebookNode) -> str:
-    """The code in the notebook's collapsed <details><summary>Solution</summary> block."""
+def solution_code(nb: nbformat.NotebookNode, summary: str = "Solution") -> str:
+    """The code in the notebook's collapsed <details><summary>{summary}</summary> block."""
     for cell in nb.cells:
-        if cell.cell_type == "markdown" and "<summary>Solution</summary>" in cell.source:
-            block = cell.source.split("<summary>Solution</summary>", 1)[1]
+        if cell.cell_type == "markdown" and f"<summary>{summary}</summary>" in cell.source:
+            block = cell.source.split(f"<summary>{summary}</summary>", 1)[1]
             match = re.search(r"```python\n(.*?)```", block, re.S)
-            assert match, "the Solution block has no ```python fence"
+            assert match, f"the {summary} block has no ```python fence"
             return match.group(1)
-    raise AssertionError("the notebook has no <summary>Solution</summary> block")
+    raise AssertionError(f"the notebook has no <summary>{summary}</summary> block")
 
 
 def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -78,6 +78,7 @@ def test_notebook_is_published_clean():
 def test_solution_passes_and_attention_wins():
     nb = load()
     tagged(nb, "exercise").source = solution_code(nb)
+    tagged(nb, "exercise-mask").source = solution_code(nb, "Solution, part 2")
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     execute(nb)
     assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
@@ -86,6 +87,8 @@ def test_solution_passes_and_attention_wins():
     gain = re.search(r"at length (\d+) your attention adds ([+-]\d+)% exact-match accuracy", report)
     assert gain, report
     assert int(gain.group(2)) >= 20, f"attention should clearly win at the longest length:\n{report}"
+    assert "✓ attend() with a mask matches the reference" in text(tagged(nb, "check-mask"))
+    assert "✗" not in report and report.count("✓ expected:") == 4, report  # the solution meets every expectation
 
 
 def test_unsolved_notebook_stops_at_the_checker():
