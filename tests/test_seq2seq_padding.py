@@ -6,6 +6,7 @@ padding must change nothing, and without the mask it does.
 import pytest
 import torch
 
+from lessonlib.experiments.padding import padding_effect
 from lessonlib.models import seq2seq as s2s
 
 
@@ -80,17 +81,6 @@ def test_with_the_mask_padding_changes_no_answer_and_without_it_does(device):
             assert not torch.allclose(padded, alone, atol=1e-3)
 
 
-def test_exact_match_pad_to_pads_the_source_only():
-    model = _model(torch.device("cpu"))
-    calls = []
-    original = model.greedy_decode
-    model.greedy_decode = lambda src, max_len: calls.append(src) or original(src, max_len)
-    s2s.exact_match(model, lengths=(4,), n=10, pad_to=11)
-    (src,) = calls
-    assert src.shape == (10, 11)
-    assert (src[:, 4:] == s2s.PAD).all() and (src[:, :4] != s2s.PAD).all()
-
-
 def test_same_seed_same_start_in_every_shared_layer():
     plain, attentive = (dict(s2s.initial_model(a, 5, hidden=16).named_parameters()) for a in (False, True))
     assert plain.keys() == attentive.keys()
@@ -132,7 +122,19 @@ def test_padded_training_learns_short_reversal(device):
     # masked model gets most right, alone and inside a wider padded batch alike
     model = s2s.train(True, seed=0, device=device, steps=300, lr=1e-2, min_len=2, max_len=5, hidden=32,
                       padded=True, progress=False)
-    alone = s2s.exact_match(model, lengths=[4], n=200, device=device)
-    wide = s2s.exact_match(model, lengths=[4], n=200, device=device, pad_to=12)
-    assert alone[4] > 0.5, alone
-    assert wide == alone
+    effect = padding_effect(model, lengths=[4], widths=[12], n=200)
+    assert effect.alone[4] > 0.5, effect
+    assert effect.padded[12] == effect.alone and effect.changed[12] == {4: 0.0}
+
+
+def test_padding_effect_counts_changed_answers_against_unpadded_decoding():
+    model = _model(torch.device("cpu"), mask=False)  # untrained, unmasked: padding changes answers
+    effect = padding_effect(model, lengths=[3, 5], widths=[5, 30], n=50)
+    for length in (3, 5):
+        src, tgt = s2s.make_batch(length, 50, torch.Generator().manual_seed(1234 + length))
+        alone, _ = model.greedy_decode(src, max_len=length + 3)
+        wide, _ = model.greedy_decode(torch.nn.functional.pad(src, (0, 30 - length), value=s2s.PAD), length + 3)
+        assert effect.changed[30][length] == pytest.approx((alone != wide).any(1).float().mean().item())
+    assert effect.changed[5][5] == 0.0, "padded to its own length: no padding, nothing changes"
+    assert effect.changed[30][3] > 0
+    assert effect.mean(5) == pytest.approx((effect.padded[5][3] + effect.padded[5][5]) / 2)

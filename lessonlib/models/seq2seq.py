@@ -284,22 +284,18 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
 
 @torch.no_grad()
 def exact_match(model: Seq2Seq, lengths: list[int] | tuple[int, ...] = (4, 8, 12, 16),
-                n: int = 500, seed: int = 1234, device: torch.device | str | None = None,
-                pad_to: int | None = None) -> dict[int, float]:
+                n: int = 500, seed: int = 1234, device: torch.device | str | None = None
+                ) -> dict[int, float]:
     """Fraction of ``n`` fixed random strings per length reversed exactly, EOS included.
 
     Greedy decoding runs two steps past the target, so a too-long answer counts as wrong.
     The strings depend on ``seed`` and the length only, so both models see the same ones.
-    ``pad_to``: each string is padded with PAD to this width, as in a batch whose longest
-    string has that length.
     """
     device = next(model.parameters()).device if device is None else torch.device(device)
     accuracy = {}
     with one_cpu_thread(device):
         for length in lengths:
             src, tgt = make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
-            if pad_to is not None:
-                src = F.pad(src, (0, pad_to - length), value=PAD)          # (n, pad_to)
             tokens, _ = model.greedy_decode(src, max_len=length + 3)
             target = F.pad(tgt, (0, 2), value=PAD)                      # (n, length + 3)
             accuracy[length] = (tokens == target).all(dim=1).float().mean().item()
