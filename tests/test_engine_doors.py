@@ -98,7 +98,7 @@ def test_a_failing_page_stops_build_and_cli_with_its_line_and_is_not_published(t
 
     cli = lessonlib_cli(site, "run", "docs/sub/bad.md")
     assert cli.returncode == 1
-    assert cli.stderr.startswith(f"docs/sub/bad.md:{line}: {message}")
+    assert f"\ndocs/sub/bad.md:{line}: {message}" in f"\n{cli.stderr}"  # at the start of a line: editors jump to it
 
 
 def test_cli_prints_outputs_and_inline_values_and_exports_notebooks(tmp_path):

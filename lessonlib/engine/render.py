@@ -6,7 +6,7 @@ import html
 import re
 
 from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source, literal_text
-from lessonlib.engine.session import BlockOutput
+from lessonlib.engine.outputs import BlockOutput
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
 
