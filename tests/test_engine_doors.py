@@ -47,9 +47,9 @@ def make_site(tmp_path: Path, pages: dict[str, str]) -> Path:
     return tmp_path
 
 
-def command(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kwargs)
+def command(args: list[str], cwd: Path, **variables: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", **variables}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def build(site: Path) -> subprocess.CompletedProcess:
