@@ -67,7 +67,10 @@ def main(conn: Connection, job: PageJob) -> None:
 
 
 def _run(conn: Connection, job: PageJob) -> tuple:
+    import matplotlib
     import torch
+
+    matplotlib.use("Agg")  # no display at build time
 
     from lessonlib.engine.memo import MemoStore, memo_store
     from lessonlib.engine.session import Session
