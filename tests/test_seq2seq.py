@@ -46,11 +46,24 @@ def test_shapes(device):
 
 
 def test_greedy_pads_after_eos(device):
-    src, _ = s2s.make_batch(5, 200, torch.Generator().manual_seed(1), device)
-    tokens, _ = _model(True, device).greedy_decode(src, max_len=12)
-    for row in tokens.tolist():
-        if s2s.EOS in row:
-            assert all(t == s2s.PAD for t in row[row.index(s2s.EOS) + 1:])
+    src, _ = s2s.make_batch(4, 200, torch.Generator().manual_seed(1), device)
+    # An untrained model never writes EOS by itself; with EOS's output bias raised, it writes EOS
+    # at every step, and everything after the first one must come out as PAD.
+    model = _model(True, device)
+    with torch.no_grad():
+        model.decoder.out.bias[s2s.EOS] = 1e3
+    tokens, _ = model.greedy_decode(src, max_len=6)
+    assert (tokens[:, 0] == s2s.EOS).all() and (tokens[:, 1:] == s2s.PAD).all()
+    # A briefly trained model ends mid-row: its digits, EOS, then only PAD.
+    trained = s2s.train(True, seed=0, device=device, steps=250, lr=1e-2, min_len=2, max_len=5,
+                        hidden=32, progress=False)
+    tokens, _ = trained.greedy_decode(src, max_len=9)
+    rows = tokens.tolist()
+    assert sum(row[4] == s2s.EOS for row in rows) > 100  # most rows: four digits, then EOS
+    for row in rows:
+        end = row.index(s2s.EOS) if s2s.EOS in row else len(row)
+        assert s2s.PAD not in row[:end], row
+        assert all(t == s2s.PAD for t in row[end + 1:]), row
 
 
 def test_attention_rows_are_distributions(device):

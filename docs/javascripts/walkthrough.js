@@ -10,7 +10,6 @@
   function setUp(root) {
     // Material's document$ emits on every page view, instant navigation included.
     if (root.dataset.walkthroughReady) return;
-    root.dataset.walkthroughReady = "true";
 
     const part = (name) => root.querySelector(".lstm-walkthrough__" + name);
     const steps = JSON.parse(root.dataset.steps);
@@ -93,6 +92,8 @@
 
     show(0); // filled in while hidden, so the live region does not announce the page load
     part("player").hidden = false;
+    // Set last, once the player works: the state tests (and other scripts) can wait for.
+    root.dataset.walkthroughReady = "true";
   }
 
   function setUpAll() {

@@ -49,11 +49,13 @@ from torch.nn import functional as F
 
 from lessonlib.models.batched_rnn import BatchedRNNClassifier
 from lessonlib.device import one_cpu_thread
+from lessonlib.models.gru import open_update_gate
 from lessonlib.models.lstm import open_forget_gate
+from lessonlib.models.transformer import Transformer
 from lessonlib.progress import progress as progress_bar
 
-MODELS = ("rnn", "lstm", "lstm_open")  # the lesson's sweep; "gru" is built too
-KNOWN = (*MODELS, "gru")
+MODELS = ("rnn", "lstm", "lstm_open")  # the lesson's main sweep; the GRUs are built too
+KNOWN = (*MODELS, "gru", "gru_open", "transformer")
 LENGTHS = (10, 30, 50, 100)
 SEEDS = (0, 1, 2)
 CLUES = 2  # tokens 0 and 1 are the clues (and the labels); the rest of the vocabulary is noise
@@ -69,7 +71,7 @@ class MemoryProtocol:
     hidden: int = 32
     batch: int = 64
     lr: float = 1e-3  # Adam
-    clip: float = 1.0  # max gradient norm
+    clip: float = 1.0  # max gradient norm (math.inf: no clipping)
     steps: int = 600  # the full budget; a run that solves the task stops earlier
     val_size: int = 1000
     check_every: int = 10  # steps between looks at the training-batch accuracy
@@ -104,12 +106,18 @@ class MemoryModel(nn.Module):
         self.embed = nn.Embedding(p.vocab, p.embedding)
         if model_name == "rnn":
             self.rnn = nn.RNN(p.embedding, p.hidden, batch_first=True)
-        elif model_name == "gru":
+        elif model_name in ("gru", "gru_open"):
             self.rnn = nn.GRU(p.embedding, p.hidden, batch_first=True)
+            if model_name == "gru_open":
+                open_update_gate(self.rnn, 1.5)  # both biases: the update gate starts near sigmoid(3), keep
         elif model_name in ("lstm", "lstm_open"):
             self.rnn = nn.LSTM(p.embedding, p.hidden, batch_first=True)
             if model_name == "lstm_open":
                 open_forget_gate(self.rnn, 1.5)  # both biases: the forget gate starts near sigmoid(3)
+        elif model_name == "transformer":
+            # not recurrent, but it fills the same slot: (B, L, embedding) -> (outputs (B, L, hidden), _),
+            # causal, so the last position is the only one that has read the whole sequence
+            self.rnn = Transformer(p.hidden, heads=2, layers=1, d_in=p.embedding, positions="sinusoidal")
         else:
             raise ValueError(f"unknown model {model_name!r}, expected one of {KNOWN}")
         self.head = nn.Linear(p.hidden, CLUES)
@@ -137,9 +145,9 @@ class Separate(nn.Module):
     def forward(self, tokens: Tensor) -> Tensor:
         return torch.stack([model(t) for model, t in zip(self.models, tokens)])
 
-    def clip_grad_norm_(self, max_norm: float) -> None:
-        for model in self.models:  # each model's gradient on its own, as if trained alone
-            nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    def clip_grad_norm_(self, max_norm: float) -> Tensor:
+        """Each model's gradient clipped on its own, as if trained alone: (M,) norms before clipping."""
+        return torch.stack([nn.utils.clip_grad_norm_(model.parameters(), max_norm) for model in self.models])
 
 
 def build_group(
@@ -158,6 +166,35 @@ def validation_set(
     """The held-out sequences for `length`: the same for every model and seed."""
     generator = torch.Generator().manual_seed(10_000 + length)
     return make_batch(protocol.val_size, length, generator, device, protocol.vocab)
+
+
+def data_streams(seeds: tuple[int, ...]) -> list[torch.Generator]:
+    """One generator of training batches per seed, a stream apart from the initial weights."""
+    return [torch.Generator().manual_seed(1_000 + seed) for seed in seeds]
+
+
+def train_step(
+    group: BatchedRNNClassifier | Separate,
+    optimizer: torch.optim.Optimizer,
+    generators: list[torch.Generator],
+    length: int,
+    protocol: MemoryProtocol = PROTOCOL,
+    device: Device = "cpu",
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """One step for every model of the group, each on its own fresh batch, its gradient clipped
+    to protocol.clip on its own. Returns logits (M, B, 2), labels (M, B), each model's loss (M,)
+    and each model's gradient norm before clipping (M,)."""
+    p = protocol
+    batches = [make_batch(p.batch, length, g, device, p.vocab) for g in generators]
+    tokens = torch.stack([t for t, _ in batches])  # (M, B, L)
+    labels = torch.stack([y for _, y in batches])  # (M, B)
+    logits = group(tokens)  # (M, B, 2)
+    losses = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1)  # (M,)
+    optimizer.zero_grad(set_to_none=True)
+    losses.sum().backward()  # the sum of the models' losses: each model's gradient is that of its own loss
+    norms = group.clip_grad_norm_(p.clip)
+    optimizer.step()
+    return logits, labels, losses.detach(), norms
 
 
 @torch.no_grad()
@@ -189,20 +226,11 @@ def _train_seeds(
     p, M = protocol, len(seeds)
     group = build_group(model_name, seeds, p, device)
     val_tokens, val_labels = validation_set(length, p, device)
-    generators = [torch.Generator().manual_seed(1_000 + seed) for seed in seeds]  # a stream apart from init
+    generators = data_streams(seeds)
     optimizer = torch.optim.Adam(group.parameters(), lr=p.lr)  # elementwise, so per model as if alone
     runs: list[Run | None] = [None] * M
     for step in range(1, p.steps + 1):
-        batches = [make_batch(p.batch, length, g, device, p.vocab) for g in generators]
-        tokens = torch.stack([t for t, _ in batches])  # (M, B, L)
-        labels = torch.stack([y for _, y in batches])  # (M, B)
-        logits = group(tokens)  # (M, B, 2)
-        # the sum of each model's mean loss: each model's gradient is that of its own loss
-        loss = F.cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1).sum()
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        group.clip_grad_norm_(p.clip)
-        optimizer.step()
+        logits, labels, _, _ = train_step(group, optimizer, generators, length, p, device)
         if step % p.check_every == 0:
             # the training batch is a free first look; only a perfect batch pays for a validation
             perfect = (logits.argmax(-1) == labels).all(1).tolist()

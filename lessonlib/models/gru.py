@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from lessonlib.models.rnn import Recurrent
+from lessonlib.models.rnn import Recurrent, set_gate_bias
 
 
 class GRU(Recurrent):
@@ -38,3 +38,16 @@ class GRU(Recurrent):
         """x (T, B, I), (B, T, I) if batch_first, or (T, I) -> out (.., H) in x's layout, h_n (1, B, H)."""
         out, (h_n,) = self.scan(x, None if h0 is None else (h0,))
         return out, h_n
+
+
+def open_update_gate(gru: nn.GRU | GRU, value: float = 1.5) -> nn.GRU | GRU:
+    """Set the update-gate slice of every bias vector to `value`, in place, and return `gru`.
+
+    The GRU's counterpart of lessonlib.models.lstm.open_forget_gate: with both biases at 1.5 the
+    update gate starts near sigmoid(3.0) = 0.95, so a fresh GRU carries its state forward
+    (h' = (1 - z) n + z h) instead of replacing half of it at every step.
+    """
+    if not isinstance(gru, (nn.GRU, GRU)):
+        raise TypeError(f"expected an nn.GRU or lessonlib GRU, got {type(gru).__name__}")
+    set_gate_bias(gru, 1, value)  # (3H,) biases in gate order r, z, n
+    return gru

@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from lessonlib.models.rnn import Recurrent
+from lessonlib.models.rnn import Recurrent, set_gate_bias
 
 
 class LSTMStep(NamedTuple):
@@ -71,11 +71,5 @@ def open_forget_gate(lstm: nn.LSTM | LSTM, value: float = 1.5) -> nn.LSTM | LSTM
     """
     if not isinstance(lstm, (nn.LSTM, LSTM)):
         raise TypeError(f"expected an nn.LSTM or lessonlib LSTM, got {type(lstm).__name__}")
-    biases = [p for name, p in lstm.named_parameters() if name.startswith("bias_")]
-    if not biases:
-        raise ValueError("this LSTM has no biases (bias=False), so there is no forget bias to set")
-    H = lstm.hidden_size
-    with torch.no_grad():  # an in-place edit of leaf parameters, not part of any graph
-        for b in biases:  # (4H,) in gate order i, f, g, o
-            b[H : 2 * H] = value
+    set_gate_bias(lstm, 1, value)  # (4H,) biases in gate order i, f, g, o
     return lstm

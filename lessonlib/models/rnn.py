@@ -4,7 +4,8 @@
 
 The parameters are named, shaped and initialised like torch.nn.RNN's single layer, so state
 dicts move freely between the two. `Recurrent` is the part the LSTM and GRU files share with
-this one: torch's weight layout, its shape conventions and the loop over time.
+this one: torch's weight layout, its shape conventions and the loop over time; `set_gate_bias`
+is how they open a gate, and `set_spectral_radius` rescales the recurrent weights.
 """
 from __future__ import annotations
 
@@ -123,3 +124,31 @@ class RNN(Recurrent):
         """x (T, B, I), (B, T, I) if batch_first, or (T, I) -> out (.., H) in x's layout, h_n (1, B, H)."""
         out, (h_n,) = self.scan(x, None if h0 is None else (h0,))
         return out, h_n
+
+
+def set_gate_bias(module: nn.Module, gate: int, value: float) -> None:
+    """Set block `gate` (H entries) of every bias vector of a recurrent layer to `value`, in place.
+
+    Works for torch's modules (every layer and direction) and ours, whose biases stack their
+    gates in blocks of hidden_size: i, f, g, o for the LSTM, r, z, n for the GRU.
+    """
+    biases = [p for name, p in module.named_parameters() if name.startswith("bias_")]
+    if not biases:
+        raise ValueError(f"this {type(module).__name__} has no biases (bias=False), so there is no gate bias to set")
+    H = module.hidden_size
+    with torch.no_grad():  # an in-place edit of leaf parameters, not part of any graph
+        for b in biases:
+            b[gate * H : (gate + 1) * H] = value
+
+
+def spectral_radius(weight: Tensor) -> float:
+    """The largest absolute eigenvalue of a square matrix: how much repeated multiplication by it
+    stretches a vector per step, in the long run."""
+    return torch.linalg.eigvals(weight.detach().double()).abs().max().item()
+
+
+def set_spectral_radius(layer: nn.RNN | RNN, radius: float) -> nn.RNN | RNN:
+    """Scale a one-layer RNN's recurrent weight W_hh so its spectral radius is `radius`; returns `layer`."""
+    with torch.no_grad():
+        layer.weight_hh_l0.mul_(radius / spectral_radius(layer.weight_hh_l0))
+    return layer
