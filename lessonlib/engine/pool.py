@@ -28,7 +28,9 @@ from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
 from lessonlib.engine.worker import PageJob
 
-TEMPLATE = ["numpy", "torch", "matplotlib"]  # imported once, in the process workers fork from
+# Imported once, in the process workers fork from: third-party only, so that no project code
+# in the template can be stale (mkdocs serve keeps it across rebuilds).
+TEMPLATE = ["numpy", "torch", "matplotlib", "matplotlib.pyplot", "joblib", "markdown_it", "doctest"]
 POLL_SECONDS = 0.2  # how often memory and deadlines are checked
 GRACE_SECONDS = 1.0  # between asking a worker to stop and killing it
 
