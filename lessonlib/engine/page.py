@@ -127,7 +127,8 @@ class _Run:
                 results[index] = hit
             else:
                 misses.append((seconds, index, page))
-        misses.sort(key=lambda miss: -miss[0])  # the longest first, so no worker ends on a long page
+        # The longest first (as last time; never run: the most code), so no worker ends on a long page.
+        misses.sort(key=lambda miss: (-miss[0], -sum(len(b.code) for b in miss[2].blocks)))
         claimed, held_elsewhere = [], []
         for _, index, page in misses:
             lock = self.cache.lock(keys[index], wait=False) if self.cache else None
