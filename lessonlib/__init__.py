@@ -1,6 +1,20 @@
-"""lessonlib: the course's build-time engine and its small reference models."""
+"""lessonlib: the course's build-time engine and its small reference models.
+
+Lesson code uses ``lessonlib.device()``, ``lessonlib.memo`` and ``lessonlib.progress``. None of
+them imports torch until it is used, so the build process, which only renders the pages that
+come from the cache, never imports torch.
+"""
+from __future__ import annotations
+
 from lessonlib.device import device
-from lessonlib.engine.memo import memo
 from lessonlib.progress import progress
 
 __all__ = ["device", "memo", "progress"]
+
+
+def __getattr__(name: str):
+    if name == "memo":  # the engine's memo imports NumPy and joblib: only pages need it
+        from lessonlib.engine.memo import memo
+
+        return memo
+    raise AttributeError(f"module 'lessonlib' has no attribute {name!r}")

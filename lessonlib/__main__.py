@@ -1,4 +1,4 @@
-"""The command-line door: ``python -m lessonlib run|notebook|check docs/PATH.md``."""
+"""The command-line door: ``python -m lessonlib run|notebook|check docs/PATH.md ...``."""
 from __future__ import annotations
 
 import argparse
@@ -11,49 +11,55 @@ import nbformat
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.notebook import to_notebook
 from lessonlib.engine.numerals import hand_typed_numerals
-from lessonlib.engine.page import PageResult, Settings, execute_page
+from lessonlib.engine.page import PageResult, Settings, execute_pages
 from lessonlib.engine.plugin import load_settings
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lessonlib", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    run = commands.add_parser("run", help="run one page; print each block's output and every inline value")
-    run.add_argument("page", type=Path)
+    run = commands.add_parser("run", help="run pages (in parallel); print each block's output and every inline value")
+    run.add_argument("pages", type=Path, nargs="+")
     run.add_argument("--refresh", action="store_true", help="ignore the cache (results are still stored)")
     export = commands.add_parser("notebook", help="export one page as a Jupyter notebook (runs it first)")
-    export.add_argument("page", type=Path)
+    export.add_argument("pages", type=Path, nargs=1, metavar="page")
     export.add_argument("-o", "--output", type=Path, required=True)
     check = commands.add_parser("check", help="list numerals typed by hand in the prose of pages (runs nothing)")
     check.add_argument("pages", type=Path, nargs="+")
     parser.add_argument("--config", type=Path, default=Path("mkdocs.yml"), help="default: %(default)s")
     args = parser.parse_args(argv)
 
+    for page in args.pages:
+        if not page.is_file():
+            parser.error(f"no such page: {page}")
     if args.command == "check":
-        return _check(parser, args.pages)
-    if not args.page.is_file():
-        parser.error(f"no such page: {args.page}")
+        return _check(args.pages)
     settings = load_settings(args.config) if args.config.is_file() else Settings().with_environment()
     settings = replace(settings, refresh=settings.refresh or getattr(args, "refresh", False))
-    try:
-        result = execute_page(args.page.read_text(encoding="utf-8"), args.page.as_posix(), settings)
-    except LessonError as e:
-        print(e, file=sys.stderr)
+    root = settings.root.resolve()
+    for page in args.pages:
+        if root not in page.resolve().parents:
+            parser.error(f"{page} is not inside the project {root} (the folder of {args.config})")
+    sources = [(page.read_text(encoding="utf-8"), page.resolve().relative_to(root).as_posix()) for page in args.pages]
+    results = execute_pages(sources, settings, report=lambda line: print(line, file=sys.stderr))
+    errors = [r for r in results if isinstance(r, LessonError)]
+    for error in errors:
+        print(error, file=sys.stderr)
+    if errors:
         return 1
     if args.command == "notebook":
-        nbformat.write(to_notebook(result.page, result.outputs), args.output)
+        nbformat.write(to_notebook(results[0].page, results[0].outputs), args.output)
         print(f"wrote {args.output}")
     else:
-        _print_outputs(result)
+        for result in results:
+            _print_outputs(result)
     return 0
 
 
-def _check(parser: argparse.ArgumentParser, pages: list[Path]) -> int:
+def _check(pages: list[Path]) -> int:
     """Each numeral in prose as ``docs/PATH.md:LINE: ...``; exit status 1 if there is any."""
     found = 0
     for page in pages:
-        if not page.is_file():
-            parser.error(f"no such page: {page}")
         for numeral in hand_typed_numerals(page.read_text(encoding="utf-8")):
             print(f"{page.as_posix()}:{numeral.line}: {numeral}")
             found += 1
@@ -76,8 +82,7 @@ def _print_outputs(result: PageResult) -> None:
             print(f"[figure: {figure.alt}]")
     for inline in result.page.inlines:
         print(f"--- {result.page.path}:{inline.line} `{{py}} {inline.source}` = {values[inline.source]}")
-    how = "from cache" if result.from_cache else f"ran {result.blocks_run} blocks"
-    print(f"{result.page.path}: {how} in {result.seconds:.2f} s", file=sys.stderr)
+    print(result.summary, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,17 @@
-"""Which torch device the lessons and tests run on."""
+"""Which torch device, and how many CPU cores, the lessons and tests run on.
+
+torch is imported inside the functions: `import lessonlib` must not pull it into the build
+process, which only renders pages whose results come from the cache.
+"""
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 
 def device() -> torch.device:
@@ -13,12 +19,20 @@ def device() -> torch.device:
 
     Published numbers are built on CPU so that every build prints the same digits.
     """
+    import torch
+
     name = os.environ.get("LESSONLIB_DEVICE", "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"LESSONLIB_DEVICE={name} but torch sees no CUDA device")
     return dev
 
+
+def cpus() -> int:
+    """CPU cores this page may use: its share when the build runs pages side by side
+    (LESSONLIB_CPUS, set by the engine), else every core. Results must not depend on it."""
+    share = os.environ.get("LESSONLIB_CPUS")
+    return int(share) if share else len(os.sched_getaffinity(0))
 
 
 @contextmanager
@@ -29,6 +43,8 @@ def one_cpu_thread(device: torch.device | str) -> Iterator[None]:
     every small op. Measured on the 2-core machine: seq2seq training took 3-4x longer with 2
     threads than with 1. Results do not depend on it.
     """
+    import torch
+
     if torch.device(device).type != "cpu":
         yield
         return

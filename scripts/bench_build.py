@@ -3,16 +3,22 @@
     .venv/bin/python scripts/bench_build.py [--lesson docs/lessons/X.md] [--skip-serve]
 
 Builds, each into a scratch folder with a scratch cache:
-  (a) cold: empty cache            (b) warm: no change          (c) after a prose-only edit
-  (d) after editing one code block (e) floor: LESSONLIB_EXECUTE=0
-then a second cold build, compared byte for byte with the first (reproducibility), and
-`mkdocs serve`: seconds from a prose edit until the reloaded page shows it.
+  (a) cold: empty cache, pages on the default number of workers (one per core)
+  (a1) cold with one worker (LESSONLIB_WORKERS=1): the gain from running pages side by side,
+       and a reproducibility check: its site must equal (a)'s byte for byte, apart from the
+       dated sitemap, measured timings (blocks marked `timing`) and the search index built from them
+  (b) warm: no change   (c) after a prose-only edit   (d) after editing one code block
+  (e) floor: LESSONLIB_EXECUTE=0   (p) plain MkDocs, without the lessonlib plugin at all,
+  (q) the same after the prose edit
+then the per-page start-up cost of a worker process against running the same page in-process,
+and `mkdocs serve`: seconds from a prose edit until the reloaded page shows it.
 Every file it edits is restored, even when interrupted.
 """
 from __future__ import annotations
 
 import argparse
 import filecmp
+import json
 import os
 import re
 import shutil
@@ -26,18 +32,21 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 DATED = {"sitemap.xml", "sitemap.xml.gz"}  # MkDocs writes the build date into these
 RAN = re.compile(r"lessonlib: (\S+): ran (\d+) blocks in ([\d.]+) s")
 
 
-def build(cache: Path, out: Path, execute: bool = True) -> tuple[float, int, list[str]]:
+def build(cache: Path, out: Path, execute: bool = True, config: Path = ROOT / "mkdocs.yml",
+          **variables: str) -> tuple[float, int, list[str]]:
     """Seconds, blocks executed, and the pages that ran."""
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LESSONLIB_CACHE_DIR": str(cache)}
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LESSONLIB_CACHE_DIR": str(cache), **variables}
     env["LESSONLIB_EXECUTE"] = "1" if execute else "0"
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     seconds = time.perf_counter() - started
@@ -75,14 +84,70 @@ def code_edit(text: str) -> str:
 
 
 def differing_files(a: Path, b: Path) -> set[str]:
+    """Files that differ, once measured timings are taken out (see `comparable`)."""
     def walk(cmp: filecmp.dircmp, prefix: str):
         yield from (prefix + n for n in cmp.left_only + cmp.right_only)
         _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
-        yield from (prefix + n for n in mismatch + errors)
+        yield from (prefix + n for n in mismatch + errors
+                    if comparable(Path(cmp.left, n)) != comparable(Path(cmp.right, n)))
         for name, sub in cmp.subdirs.items():
             yield from walk(sub, f"{prefix}{name}/")
 
     return set(walk(filecmp.dircmp(a, b), ""))
+
+
+_TIMING_HTML = re.compile(r'<(figure|div) class="[^"]*lessonlib-timing.*?</\1>', re.S)
+
+
+def comparable(path: Path) -> str | None:
+    """A file's content without its measured timings: the output of blocks marked `timing`
+    (in pages and notebooks). None for files that only repeat those (the search index)."""
+    if path.name == "search_index.json" or not path.is_file():
+        return None
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if path.suffix == ".html":
+        return _TIMING_HTML.sub("", text)
+    if path.suffix == ".ipynb":
+        notebook = json.loads(text)
+        for cell in notebook["cells"]:
+            if "timing" in cell.get("metadata", {}).get("tags", []):
+                cell["outputs"] = []
+        return json.dumps(notebook)
+    return text
+
+
+def without_lessonlib(scratch: Path) -> Path:
+    """mkdocs.yml without the lessonlib plugin (its docs_dir made absolute): plain MkDocs."""
+    loader = type("Loader", (yaml.SafeLoader,), {})
+    loader.add_constructor("!ENV", lambda load, node: load.construct_sequence(node)[-1])  # its default
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=loader)  # noqa: S506 (a safe loader)
+    config["plugins"] = [p for p in config["plugins"] if not (isinstance(p, dict) and "lessonlib" in p) and p != "lessonlib"]
+    config["docs_dir"] = str(ROOT / "docs")
+    plain = scratch / "mkdocs-plain.yml"
+    plain.write_text(yaml.safe_dump(config))
+    return plain
+
+
+def page_startup_seconds(scratch: Path, pages: int = 8) -> tuple[float, float]:
+    """Per page: a trivial page in a fresh worker process (the template started once) and the
+    same page run in this process, as before Engine 2."""
+    from lessonlib.engine.blocks import parse_page
+    from lessonlib.engine.page import Settings, execute_pages
+    from lessonlib.engine.session import Session
+
+    (scratch / "docs").mkdir(parents=True, exist_ok=True)
+    text = "```python exec\nimport torch\nx = torch.ones(3).sum().item()\n```\n\nx = `{py} x`\n"
+    settings = Settings(root=scratch, workers=1)
+    execute_pages([(text, "docs/warmup.md")], settings)  # starts the template once
+    started = time.perf_counter()
+    execute_pages([(text, f"docs/p{i}.md") for i in range(pages)], settings)
+    in_worker = (time.perf_counter() - started) / pages
+    started = time.perf_counter()
+    for i in range(pages):
+        page = parse_page(text, f"docs/p{i}.md")
+        session = Session(page)
+        [session.run(b) for b in page.blocks], [session.value(v) for v in page.inlines]
+    return in_worker, (time.perf_counter() - started) / pages
 
 
 def serve_reload_seconds(cache: Path, lesson: Path) -> float:
@@ -138,28 +203,42 @@ def main() -> None:
             reload = serve_reload_seconds(cache, lesson)
             print(f"mkdocs serve, prose edit -> page ready: {reload:.2f} s; floor {floor:.2f} s; ratio {reload / floor:.2f}")
             return
+        plain = without_lessonlib(scratch)
         rows = {}
         rows["a cold"] = build(cache, scratch / "cold")
+        rows["a1 cold, 1 worker"] = build(scratch / "cache1", scratch / "cold1", LESSONLIB_WORKERS="1")
         rows["b warm, no change"] = build(cache, scratch / "warm")
+        rows["p plain MkDocs"] = build(cache, scratch / "plain", config=plain)
         with edited(lesson, prose_edit):
             rows["c prose edit"] = build(cache, scratch / "prose")
+            rows["q plain, prose edit"] = build(cache, scratch / "plain-prose", config=plain)
         with edited(lesson, code_edit):
             rows["d code edit"] = build(cache, scratch / "code")
         rows["e floor (EXECUTE=0)"] = build(cache, scratch / "floor", execute=False)
 
         print(f"\nWhole site, lesson edited: {lesson.relative_to(ROOT)}")
-        print(f"{'build':<22}{'seconds':>9}{'blocks run':>12}  pages run")
+        print(f"{'build':<24}{'seconds':>9}{'blocks run':>12}  pages run")
         for name, (seconds, blocks, pages) in rows.items():
-            print(f"{name:<22}{seconds:>9.2f}{blocks:>12}  {', '.join(pages) or '-'}")
-        floor = rows["e floor (EXECUTE=0)"][0]
+            print(f"{name:<24}{seconds:>9.2f}{blocks:>12}  {', '.join(pages) or '-'}")
+        seconds = {name: row[0] for name, row in rows.items()}
+        print(f"ratio a/a1 (default workers / 1 worker) = {seconds['a cold'] / seconds['a1 cold, 1 worker']:.2f}"
+              "   (goal <= 0.65)")
+        print(f"ratio b/p (warm / plain MkDocs) = {seconds['b warm, no change'] / seconds['p plain MkDocs']:.2f}"
+              "   (goal <= 1.2)")
+        print(f"ratio c/q (prose edit / plain MkDocs, same edit) = "
+              f"{seconds['c prose edit'] / seconds['q plain, prose edit']:.2f}   (goal <= 1.2)")
+        floor = seconds["e floor (EXECUTE=0)"]
         for name in ("b warm, no change", "c prose edit", "d code edit"):
-            print(f"ratio {name[0]}/e = {rows[name][0] / floor:.2f}")
+            print(f"ratio {name[0]}/e = {seconds[name] / floor:.2f}")
 
-        second = build(scratch / "cache2", scratch / "cold2")
-        differing = differing_files(scratch / "cold", scratch / "cold2")
-        print(f"\nsecond cold build: {second[0]:.2f} s; files differing from the first: "
+        differing = differing_files(scratch / "cold", scratch / "cold1")
+        print(f"\n1 worker vs default: files differing once timings are set aside: "
               f"{sorted(differing) or 'none'} (allowed: dated {sorted(DATED)})")
-        print("reproducible:", "yes" if differing <= DATED else f"NO: {sorted(differing - DATED)}")
+        print("same bytes:", "yes" if differing <= DATED else f"NO: {sorted(differing - DATED)}")
+
+        in_worker, in_process = page_startup_seconds(scratch / "startup")
+        print(f"\nper page, a trivial page: {1e3 * in_worker:.0f} ms in its own worker process, "
+              f"{1e3 * in_process:.1f} ms in-process; start-up overhead {1e3 * (in_worker - in_process):.0f} ms")
 
         if not args.skip_serve:
             reload = serve_reload_seconds(cache, lesson)

@@ -1,12 +1,19 @@
-"""The page cache: what runs again, what does not, and what survives damage."""
+"""The page cache and memo: what runs again, what does not, and what survives damage.
+
+A result may be reused only while everything the page (or the memoized call) really read is
+unchanged: its code, the project modules it imported, the files and folders it read, the
+environment variables it read, the installed versions. Each test changes one of these.
+"""
 from __future__ import annotations
 
+import importlib
+import uuid
 from pathlib import Path
 
 import pytest
 
 from lessonlib.engine import cache as cache_module
-from lessonlib.engine.page import Settings, execute_page
+from lessonlib.engine.page import PACKAGE_ROOT, Settings, execute_page
 
 PATH = "docs/fixture.md"
 
@@ -25,7 +32,8 @@ def runs(log: Path) -> int:
 
 @pytest.fixture
 def settings(tmp_path) -> Settings:
-    return Settings(cache_dir=tmp_path / "cache")
+    (tmp_path / "docs").mkdir()
+    return Settings(root=tmp_path, cache_dir=tmp_path / "cache")
 
 
 def test_no_change_and_prose_edits_run_nothing_code_edits_run_again(tmp_path, settings):
@@ -48,40 +56,97 @@ def test_no_change_and_prose_edits_run_nothing_code_edits_run_again(tmp_path, se
 def test_refresh_forces_a_run(tmp_path, settings):
     log = tmp_path / "log"
     execute_page(page_with_side_effect(log), PATH, settings)
-    execute_page(page_with_side_effect(log), PATH, Settings(cache_dir=settings.cache_dir, refresh=True))
+    execute_page(page_with_side_effect(log), PATH, Settings(root=tmp_path, cache_dir=settings.cache_dir, refresh=True))
     assert runs(log) == 2
 
 
-def test_a_change_in_a_lessonlib_module_the_page_imports_invalidates_it_and_only_it(tmp_path, settings, monkeypatch):
-    source = tmp_path / "lessonlib"
-    (source / "engine").mkdir(parents=True)
-    (source / "__init__.py").write_text("")
-    (source / "model.py").write_text("from lessonlib.helpers import twice\n")
-    (source / "helpers.py").write_text("def twice(x):\n    return 2 * x\n")
-    (source / "unrelated.py").write_text("x = 1\n")
-    monkeypatch.setattr(cache_module, "SOURCE_ROOT", source)
+def test_a_data_file_the_page_reads_is_an_input(tmp_path, settings):
+    (tmp_path / "docs" / "data.txt").write_text("3\n")
     log = tmp_path / "log"
-    # The import is only read, never executed: the key follows the page's lessonlib imports.
-    uses_model = "\n\ndef _uses():\n    from lessonlib import model"
-    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
-    (source / "unrelated.py").write_text("x = 2\n")
-    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
-    assert runs(log) == 1
-    (source / "helpers.py").write_text("def twice(x):\n    return x + x\n")
-    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
-    assert runs(log) == 2, "a module imported through another one counts too"
-    (source / "engine" / "session.py").write_text("# changed\n")
-    execute_page(page_with_side_effect(log, extra=uses_model), PATH, settings)
-    assert runs(log) == 3, "the engine's own sources count for every page"
+    page = page_with_side_effect(log, extra="\nwith open('data.txt') as f:\n    answer = int(f.read())")
+    assert "The answer is 3." in execute_page(page, PATH, settings).markdown
+    assert execute_page(page, PATH, settings).from_cache
+    (tmp_path / "docs" / "data.txt").write_text("4\n")
+    again = execute_page(page, PATH, settings)
+    assert runs(log) == 2 and "The answer is 4." in again.markdown
 
 
-def test_a_changed_pinned_version_invalidates(tmp_path, settings, monkeypatch):
+def test_a_folder_the_page_lists_is_an_input(tmp_path, settings):
+    (tmp_path / "docs" / "runs").mkdir()
+    (tmp_path / "docs" / "runs" / "a.csv").write_text("")
+    log = tmp_path / "log"
+    page = page_with_side_effect(log, extra="\nimport glob\nanswer = len(glob.glob('runs/*.csv'))")
+    assert "The answer is 1." in execute_page(page, PATH, settings).markdown
+    (tmp_path / "docs" / "runs" / "b.csv").write_text("")
+    assert "The answer is 2." in execute_page(page, PATH, settings).markdown
+
+
+def test_a_helper_module_next_to_the_page_is_an_input_however_it_is_imported(tmp_path, settings):
+    helper = tmp_path / "docs" / "helper.py"
+    helper.write_text("def scale(x):\n    return 2 * x\n")
+    (tmp_path / "docs" / "unrelated.py").write_text("x = 1\n")
+    log = tmp_path / "log"
+    page = page_with_side_effect(log, extra="\nimport importlib\nanswer = importlib.import_module('helper').scale(21)")
+    assert "The answer is 42." in execute_page(page, PATH, settings).markdown
+    (tmp_path / "docs" / "unrelated.py").write_text("x = 2\n")
+    assert execute_page(page, PATH, settings).from_cache
+    helper.write_text("def scale(x):\n    return 3 * x\n")
+    assert "The answer is 63." in execute_page(page, PATH, settings).markdown
+    assert runs(log) == 2
+
+
+def test_an_environment_variable_the_page_reads_is_an_input(tmp_path, settings, monkeypatch):
+    log = tmp_path / "log"
+    page = page_with_side_effect(log, extra="\nimport os\nanswer = os.environ.get('FIXTURE_SCALE', '1')")
+    monkeypatch.setenv("FIXTURE_SCALE", "5")
+    assert "The answer is 5." in execute_page(page, PATH, settings).markdown
+    monkeypatch.setenv("FIXTURE_UNREAD", "anything")
+    assert execute_page(page, PATH, settings).from_cache
+    monkeypatch.setenv("FIXTURE_SCALE", "6")
+    assert "The answer is 6." in execute_page(page, PATH, settings).markdown
+
+
+def test_a_lessonlib_module_reached_through_an_attribute_is_an_input(tmp_path, settings):
+    """`import lessonlib` then `lessonlib.X.f()`: no static import names X, the trace does."""
+    name = f"_probe_{uuid.uuid4().hex[:8]}"
+    module = PACKAGE_ROOT / f"{name}.py"
+    log = tmp_path / "log"
+    page = page_with_side_effect(log, extra=f"\nimport lessonlib, importlib\nimportlib.import_module('lessonlib.{name}')"
+                                            f"\nanswer = lessonlib.{name}.value()")
+    try:
+        module.write_text("def value():\n    return 1\n")
+        importlib.invalidate_caches()
+        assert "The answer is 1." in execute_page(page, PATH, settings).markdown
+        assert execute_page(page, PATH, settings).from_cache
+        module.write_text("def value():\n    return 2\n")
+        assert "The answer is 2." in execute_page(page, PATH, settings).markdown
+    finally:
+        module.unlink(missing_ok=True)
+
+
+def test_a_changed_installed_version_invalidates(tmp_path, settings, monkeypatch):
     log = tmp_path / "log"
     execute_page(page_with_side_effect(log), PATH, settings)
-    real_version = cache_module.version
-    monkeypatch.setattr(cache_module, "version", lambda name: "0.0.1" if name == "torch" else real_version(name))
+    real = cache_module.distributions
+
+    def one_upgraded():
+        for d in real():
+            yield type("Dist", (), {"metadata": d.metadata, "version": "0.0.1" if d.metadata["Name"] == "tqdm" else d.version})
+
+    monkeypatch.setattr(cache_module, "distributions", one_upgraded)
     execute_page(page_with_side_effect(log), PATH, settings)
     assert runs(log) == 2
+
+
+def test_pages_do_not_leak_state_into_each_other(tmp_path, settings):
+    leaky = ("```python exec\nimport os, sys, torch\ntorch.set_default_dtype(torch.float64)\n"
+             "os.environ['LEAK'] = '1'\nsys.path.append('/leak')\nimport lessonlib\nlessonlib.LEAK = 1\n```\n")
+    victim = ("```python exec\nimport os, sys, torch, lessonlib\n"
+              "print(torch.get_default_dtype(), os.environ.get('LEAK'), '/leak' in sys.path, hasattr(lessonlib, 'LEAK'))\n```\n")
+    (tmp_path / "docs" / "a.md").write_text(leaky)
+    execute_page(leaky, "docs/a.md", settings)
+    result = execute_page(victim, "docs/b.md", settings)
+    assert result.outputs[0][0].text == "torch.float32 None False False\n"
 
 
 def test_failed_runs_are_not_cached(tmp_path, settings):
@@ -111,45 +176,86 @@ def test_a_damaged_entry_is_detected_and_the_page_rerun(tmp_path, settings, dama
     assert execute_page(page_with_side_effect(log), PATH, settings).from_cache
 
 
-def test_memoized_experiments_do_not_rerun_when_a_later_block_changes(tmp_path, settings, monkeypatch):
-    module = tmp_path / "slow_experiment.py"
-    module.write_text(
-        "import lessonlib\n\n@lessonlib.memo\ndef train(steps, log):\n"
-        "    with open(log, 'a') as f:\n        f.write('ran\\n')\n    return steps * 2\n"
-    )
-    monkeypatch.syspath_prepend(str(tmp_path))
+# --- memo ----------------------------------------------------------------------------------------
+
+MEMO_PAGE = """\
+```python exec
+import lessonlib, torch
+from experiment import train
+SCALE = {scale}
+
+def helper(x):
+    return x * {factor}
+
+@lessonlib.memo
+def on_page(n):
+    return helper(n) * SCALE
+
+torch.manual_seed(1)
+result, local = train(10, {log!r}), on_page(2)
+after = torch.rand(2).tolist()  # a memo hit and a miss must leave this the same
+```
+
+```python exec
+{later}
+```
+
+`{{py}} result` `{{py}} local` `{{py}} after`
+"""
+EXPERIMENT = """\
+import lessonlib, torch
+from helpers import twice
+
+@lessonlib.memo
+def train(steps, log):
+    with open(log, 'a') as f:
+        f.write('ran\\n')
+    return twice(steps) + torch.rand(1).item()
+"""
+
+
+def memo_page(log: Path, scale=1, factor=3, later="pass") -> str:
+    return MEMO_PAGE.format(scale=scale, factor=factor, log=str(log), later=later)
+
+
+@pytest.fixture
+def experiment(tmp_path, settings) -> Path:
+    (tmp_path / "docs" / "experiment.py").write_text(EXPERIMENT)
+    (tmp_path / "docs" / "helpers.py").write_text("def twice(x):\n    return 2 * x\n")
+    (tmp_path / "docs" / "other.py").write_text("x = 1\n")
+    return tmp_path / "docs"
+
+
+def test_memo_skips_the_call_when_only_a_later_block_changes(tmp_path, settings, experiment):
     log = tmp_path / "log"
-
-    def page(later: str) -> str:
-        return f"```python exec\nfrom slow_experiment import train\nresult = train(10, {str(log)!r})\n```\n\n```python exec\n{later}\n```\n"
-
-    execute_page(page("print(result)"), PATH, settings)
-    execute_page(page("print(result + 1)"), PATH, settings)
-    assert runs(log) == 1
-    execute_page(page("print(result + 2)"), PATH, Settings(cache_dir=settings.cache_dir, refresh=True))
-    assert runs(log) == 2, "a forced refresh reruns memoized experiments too"
+    first = execute_page(memo_page(log), PATH, settings)
+    second = execute_page(memo_page(log, later="print('a later block changed')"), PATH, settings)
+    assert runs(log) == 1 and not second.from_cache
+    assert first.outputs[1] == second.outputs[1], "a hit gives the same values and the same later random draws"
 
 
-def test_editing_a_lessonlib_function_reruns_the_page_and_changes_its_figure(tmp_path, settings):
-    """End to end with a real module inside the lessonlib package (removed afterwards)."""
-    import importlib
-    import uuid
+def test_memo_reruns_when_a_helper_module_it_calls_changes(tmp_path, settings, experiment):
+    log = tmp_path / "log"
+    execute_page(memo_page(log), PATH, settings)
+    (experiment / "other.py").write_text("x = 2\n")
+    execute_page(memo_page(log, later="x = 1"), PATH, settings)
+    assert runs(log) == 1, "a module the call never reached does not count"
+    (experiment / "helpers.py").write_text("def twice(x):\n    return x + x + 0\n")
+    execute_page(memo_page(log, later="x = 2"), PATH, settings)
+    assert runs(log) == 2
 
-    name = f"_probe_{uuid.uuid4().hex[:8]}"
-    module = cache_module.SOURCE_ROOT / f"{name}.py"
-    page = (
-        f'```python exec caption="A line drawn by lessonlib.{name}."\n'
-        f"import importlib\nimport lessonlib.{name} as probe\nimportlib.reload(probe)\nprobe.draw()\n```\n"
-    )
-    draw = "import matplotlib.pyplot as plt\n\ndef draw():\n    plt.plot([0, 1], [0, {slope}])\n"
-    try:
-        module.write_text(draw.format(slope=1))
-        importlib.invalidate_caches()
-        first = execute_page(page, PATH, settings)
-        assert execute_page(page, PATH, settings).from_cache
-        module.write_text(draw.format(slope=2))
-        second = execute_page(page, PATH, settings)
-        assert not second.from_cache and second.blocks_run == 1
-        assert first.outputs[0][0].figures[0].svg != second.outputs[0][0].figures[0].svg
-    finally:
-        module.unlink(missing_ok=True)
+
+def test_memo_reruns_when_a_page_function_or_global_it_reads_changes(tmp_path, settings, experiment):
+    log = tmp_path / "log"
+    values = lambda result: result.outputs[1]["local"]  # noqa: E731
+    assert values(execute_page(memo_page(log), PATH, settings)) == "6"
+    assert values(execute_page(memo_page(log, factor=4), PATH, settings)) == "8", "the page function it calls"
+    assert values(execute_page(memo_page(log, factor=4, scale=10), PATH, settings)) == "80", "the page global it reads"
+
+
+def test_memo_refresh_reruns_and_a_hit_equals_a_miss(tmp_path, settings, experiment):
+    log = tmp_path / "log"
+    first = execute_page(memo_page(log), PATH, settings)
+    forced = execute_page(memo_page(log), PATH, Settings(root=tmp_path, cache_dir=settings.cache_dir, refresh=True))
+    assert runs(log) == 2
+    assert first.outputs == forced.outputs

@@ -47,9 +47,9 @@ def make_site(tmp_path: Path, pages: dict[str, str]) -> Path:
     return tmp_path
 
 
-def command(args: list[str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, **kwargs)
+def command(args: list[str], cwd: Path, **variables: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", **variables}
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
 def build(site: Path) -> subprocess.CompletedProcess:
@@ -98,7 +98,7 @@ def test_a_failing_page_stops_build_and_cli_with_its_line_and_is_not_published(t
 
     cli = lessonlib_cli(site, "run", "docs/sub/bad.md")
     assert cli.returncode == 1
-    assert cli.stderr.startswith(f"docs/sub/bad.md:{line}: {message}")
+    assert f"\ndocs/sub/bad.md:{line}: {message}" in f"\n{cli.stderr}"  # at the start of a line: editors jump to it
 
 
 def test_cli_prints_outputs_and_inline_values_and_exports_notebooks(tmp_path):

@@ -103,11 +103,20 @@ def literal_text(span: re.Match[str]) -> str | None:
     return literal.group(1) if literal else None
 
 
+# A fence that means to run but would be shown as plain code: `py exec`, `{python exec}`,
+# `python3 exec`, `python hide-code` (exec forgotten) ...
+_LOOKS_EXECUTABLE = re.compile(
+    r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:caption|timeout)=)", re.I)
+
+
 def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:
     words = info.split(maxsplit=2)
     if words[:1] == ["pycon"]:
         return "pycon", {}
     if words[:2] != ["python", "exec"]:
+        if _LOOKS_EXECUTABLE.search(info):
+            raise LessonError(path, line, f"this fence ({info.strip()!r}) looks like a block to run but is not one: "
+                              "it must start ```python exec, then its options")
         return None, {}
     try:
         items = shlex.split(words[2]) if len(words) > 2 else []

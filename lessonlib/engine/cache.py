@@ -1,101 +1,67 @@
-"""Page cache, keyed on code only (jupyter-cache style): never on prose, never on file times.
+"""Page cache, two-level like ccache's direct mode: never keyed on prose, never on file times.
 
-A key covers the page's blocks and their options, its inline expressions, the sources of the
-lessonlib modules the page imports (found statically, with their own lessonlib imports) and of
-the engine, the pinned library versions, the device and the seed. Entries carry a checksum, are
-written atomically, and exist only for complete, successful runs.
+The static key covers the page's path, its blocks and their options, its inline expressions,
+and the environment (every installed distribution, the Python version, the engine's sources,
+the device and the seed). The entry under it holds the outputs and the manifest of what the run
+actually read (lessonlib.engine.inputs); a lookup hits only if every recorded input is
+unchanged. Entries carry a checksum, are written atomically and exist only for complete,
+successful runs. Nothing here imports torch.
 """
 from __future__ import annotations
 
-import ast
+import fcntl
 import hashlib
 import json
 import os
 import platform
 import tempfile
-from dataclasses import asdict
-from importlib.metadata import version
+from dataclasses import asdict, dataclass
+from importlib.metadata import distributions
 from pathlib import Path
+from typing import IO
 
-import lessonlib
+from lessonlib.engine import SEED
 from lessonlib.engine.blocks import ParsedPage
-from lessonlib.engine.session import SEED, BlockOutput, Figure
+from lessonlib.engine.inputs import Manifest
+from lessonlib.engine.outputs import BlockOutput, Figure, PageOutputs
 
-FORMAT = 1  # bump when the stored layout or the rendering contract changes
-PACKAGES = ("torch", "numpy", "matplotlib", "markdown-it-py")
-SOURCE_ROOT = Path(lessonlib.__file__).parent
-
-PageOutputs = tuple[list[BlockOutput], dict[str, str]]  # per-block outputs, inline values by source
+FORMAT = 2  # bump when the stored layout or the rendering contract changes
+ENGINE = Path(__file__).parent
 
 
 def environment_fingerprint() -> str:
-    """What every page depends on: the engine, the pinned versions, the device, the seed."""
-    versions = {name: version(name) for name in PACKAGES}
-    facts = [FORMAT, platform.python_version(), versions, str(lessonlib.device()), SEED]
-    engine = sorted((SOURCE_ROOT / "engine").glob("*.py")) + [SOURCE_ROOT / "__init__.py"]
-    return _hash_sources(engine, json.dumps(facts, sort_keys=True))
+    """What every page depends on besides its own inputs: installed versions, Python, the
+    engine's own code, the device and the seed."""
+    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
+    facts = [FORMAT, platform.python_version(), platform.machine(), installed,
+             os.environ.get("LESSONLIB_DEVICE", "cpu"), SEED]
+    h = hashlib.sha256(json.dumps(facts).encode())
+    for path in sorted(ENGINE.glob("*.py")):
+        h.update(path.name.encode() + path.read_bytes())
+    return h.hexdigest()
 
 
 def page_key(page: ParsedPage, environment: str) -> str:
+    """The static key: the page's code and where it lives (its folder is its working directory)."""
     blocks = [[b.kind, b.code, sorted(b.options.items())] for b in page.blocks]
     inline = [i.source for i in page.inlines]
-    code = "\n".join(b.code for b in page.blocks) + "\n" + "\n".join(i.expr for i in page.inlines)
-    modules = _hash_sources(lessonlib_modules(code), "")
-    return hashlib.sha256(json.dumps([blocks, inline, modules, environment]).encode()).hexdigest()
+    return hashlib.sha256(json.dumps([page.path, blocks, inline, environment]).encode()).hexdigest()
 
 
-def code_fingerprint(module: str) -> str:
-    """The sources of one lessonlib module and of the lessonlib modules it imports."""
-    return _hash_sources(lessonlib_modules(f"import {module}"), "")
-
-
-def lessonlib_modules(code: str) -> list[Path]:
-    """Source files of the lessonlib modules that `code` imports, directly or through each other."""
-    found: set[Path] = set()
-    pending = [code]
-    while pending:
-        for path in _imported_files(pending.pop()):
-            if path not in found:
-                found.add(path)
-                pending.append(path.read_text(encoding="utf-8"))
-    return sorted(found)
-
-
-def _imported_files(code: str) -> list[Path]:
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return []  # the run will report it, with its line
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names += [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-    files = []
-    for name in names:
-        parts = name.split(".")
-        if parts[0] != "lessonlib":
-            continue
-        base = SOURCE_ROOT.joinpath(*parts[1:])
-        files += [p for p in (base.with_suffix(".py"), base / "__init__.py") if p.is_file()]
-    return files
-
-
-def _hash_sources(paths: list[Path], extra: str) -> str:
-    h = hashlib.sha256(extra.encode())
-    for path in paths:
-        h.update(path.relative_to(SOURCE_ROOT).as_posix().encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()
+@dataclass
+class Entry:
+    outputs: PageOutputs
+    manifest: Manifest
+    seconds: float  # how long the run took: the build starts the longest pages first
 
 
 class PageCache:
     def __init__(self, root: Path) -> None:
         self.root = Path(root) / "pages"
+        self.locks = Path(root) / "locks"
 
-    def load(self, key: str) -> PageOutputs | None:
-        """The stored outputs, or None when absent, truncated or corrupt (a bad entry is removed)."""
+    def load(self, key: str) -> Entry | None:
+        """The stored entry, or None when absent, truncated or corrupt (a bad entry is removed)."""
         path = self.root / f"{key}.json"
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
@@ -103,27 +69,44 @@ class PageCache:
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
             blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]]) for b in payload["blocks"]]
-            return blocks, dict(payload["inline"])
+            return Entry((blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]), payload["seconds"])
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
             path.unlink(missing_ok=True)
             return None
 
-    def store(self, key: str, outputs: PageOutputs) -> None:
-        blocks, inline = outputs
-        payload = {"blocks": [asdict(b) for b in blocks], "inline": inline}
-        entry = json.dumps({"checksum": _checksum(payload), "payload": payload})
-        self.root.mkdir(parents=True, exist_ok=True)
-        # Write aside, then rename: readers and concurrent builds only ever see whole entries.
-        fd, tmp = tempfile.mkstemp(dir=self.root, suffix=".tmp")
+    def store(self, key: str, entry: Entry) -> None:
+        blocks, inline = entry.outputs
+        payload = {"blocks": [asdict(b) for b in blocks], "inline": inline,
+                   "manifest": entry.manifest.to_json(), "seconds": entry.seconds}
+        write_atomically(self.root / f"{key}.json", json.dumps({"checksum": _checksum(payload), "payload": payload}))
+
+    def lock(self, key: str, wait: bool) -> IO | None:
+        """The page's lock, held until the returned file is closed; None if another build holds
+        it and `wait` is False. The kernel drops a flock when its process dies, so a killed
+        build leaves no stale lock behind."""
+        self.locks.mkdir(parents=True, exist_ok=True)
+        handle = open(self.locks / f"{key}.lock", "w")  # noqa: SIM115 (the caller closes it)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(entry)
-            os.replace(tmp, self.root / f"{key}.json")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            handle.close()
+            return None
+        return handle
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write aside, then rename: readers and concurrent builds only ever see whole files."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def _checksum(payload: dict) -> str:

@@ -1,43 +1,243 @@
-"""Memoize expensive experiment functions across builds (joblib.Memory).
+"""Memoize expensive experiment functions across builds, without ever returning a stale result.
 
-Keyed by the function's arguments and source (joblib), under a folder named by the environment
-fingerprint and by the sources of the function's module and every lessonlib module it imports:
-editing a helper the experiment calls, or changing a pinned version, starts afresh.
-Outside a page run (or when re-execution is forced) the function simply runs.
+A call is looked up by the function (its code, not its line numbers) and its arguments
+(joblib.hash). The stored result is used only while everything the call reached is unchanged:
+recorded during the run that produced it, like a page's inputs (lessonlib.engine.inputs) —
+the project modules whose code ran (with the project modules they reference, which covers work
+sent to worker processes), the page's functions it called (by code), the page's globals those
+read (by value), the files and folders it read and the environment variables the project's
+code read.
+
+A memoized call always starts from seed 0 and leaves the caller's random state as it found it,
+so a hit and a miss leave every later random draw, and so every later output, the same.
+Where results are stored: set by the page's worker; elsewhere (a notebook, a test) the
+LESSONLIB_CACHE_DIR environment variable, and without it the function simply runs.
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
+import json
+import os
+import random
+import sys
+import types
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import joblib
+import numpy as np
+
+from lessonlib.engine import SEED
+from lessonlib.engine.cache import environment_fingerprint, write_atomically
+from lessonlib.engine.inputs import Manifest, Recorder, note
 
 F = TypeVar("F", bound=Callable)
-_location: ContextVar[Path | None] = ContextVar("memo_location", default=None)
+
+
+@dataclass
+class MemoStore:
+    root: Path  # .../memo
+    roots: list[Path]  # the project's source roots, as for a page's inputs
+    ignored: list[Path]  # e.g. the cache itself
+    page_namespace: dict | None = None  # where the page's functions live
+    refresh: bool = False  # run even when a valid result is stored (LESSONLIB_REFRESH=1)
+    environment: str = field(default_factory=environment_fingerprint)
+
+
+_store: ContextVar[MemoStore | None] = ContextVar("memo_store", default=None)
 
 
 def memo(func: F) -> F:
-    @functools.wraps(func)
-    def wrapper(*args, **kwargs):
-        from lessonlib.engine.cache import code_fingerprint  # cache imports lessonlib, which imports us
+    """``memo(train)(steps=600)`` or ``@memo``: the result of the call, computed once."""
 
-        root = _location.get()
-        if root is None:
-            return func(*args, **kwargs)
-        location = root / code_fingerprint(func.__module__)[:16]
-        return joblib.Memory(location, verbose=0).cache(func)(*args, **kwargs)
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        store = _store.get() or _store_from_environment()
+        with _seeded_and_restored():
+            return func(*args, **kwargs) if store is None else _call(store, func, args, kwargs)
 
     return wrapper  # type: ignore[return-value]
 
 
 @contextlib.contextmanager
-def memo_location(path: Path | None) -> Iterator[None]:
-    token = _location.set(path)
+def memo_store(store: MemoStore | None) -> Iterator[None]:
+    token = _store.set(store)
     try:
         yield
     finally:
-        _location.reset(token)
+        _store.reset(token)
+
+
+def _store_from_environment() -> MemoStore | None:
+    cache = os.environ.get("LESSONLIB_CACHE_DIR")
+    if not cache:
+        return None
+    main = sys.modules.get("__main__")
+    return MemoStore(Path(cache) / "memo", [_package_root()], [Path(cache)], getattr(main, "__dict__", None))
+
+
+def _package_root() -> Path:
+    return Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def _seeded_and_restored() -> Iterator[None]:
+    import torch  # the worker and notebooks have it; the build process never calls memo
+
+    state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
+        random.seed(SEED)
+        np.random.seed(SEED)
+        torch.manual_seed(SEED)
+        try:
+            yield
+        finally:
+            random.setstate(state[0])
+            np.random.set_state(state[1])
+
+
+# --- the stored call ---------------------------------------------------------------------------
+
+def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
+    module = sys.modules.get(func.__module__)  # a page's own function: known by its name alone
+    name = f"{func.__module__}.{func.__qualname__}" if getattr(module, "__file__", None) else func.__qualname__
+    key = hashlib.sha256(json.dumps(
+        [name, code_hash(func.__code__), joblib.hash((args, kwargs)), store.environment]).encode()).hexdigest()
+    entry_path, result_path = store.root / f"{key}.json", store.root / f"{key}.pkl"
+    if not store.refresh:
+        entry = _valid_entry(store, entry_path, result_path)
+        if entry is not None:
+            note(Manifest.from_json(entry["manifest"]))  # the page depends on what the call read
+            return joblib.load(result_path)
+    recorder = Recorder(store.roots, store.ignored, code_files=set())
+    with recorder.recording(), _CodeTracer(recorder) as tracer:
+        result = func(*args, **kwargs)
+    manifest = recorder.manifest(modules=tracer.module_files())
+    entry = {"function": name, "manifest": manifest.to_json(),
+             "code": tracer.page_code(store), "globals": tracer.page_globals(store)}
+    store.root.mkdir(parents=True, exist_ok=True)
+    tmp = result_path.with_suffix(f".{os.getpid()}.tmp")
+    joblib.dump(result, tmp)
+    entry["result_sha256"] = hashlib.sha256(tmp.read_bytes()).hexdigest()
+    os.replace(tmp, result_path)
+    write_atomically(entry_path, json.dumps(entry))
+    return result
+
+
+def _valid_entry(store: MemoStore, entry_path: Path, result_path: Path) -> dict | None:
+    try:
+        entry = json.loads(entry_path.read_text(encoding="utf-8"))
+        if hashlib.sha256(result_path.read_bytes()).hexdigest() != entry["result_sha256"]:
+            return None
+        manifest = Manifest.from_json(entry["manifest"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    namespace = store.page_namespace or {}
+    same_code = all(_page_code_hash(namespace, q) == h for q, h in entry["code"].items())
+    same_globals = all(_value_hash(namespace.get(n, _MISSING)) == h for n, h in entry["globals"].items())
+    return entry if same_code and same_globals and manifest.changed() is None else None
+
+
+# --- what a call reached -----------------------------------------------------------------------
+
+def code_hash(code: types.CodeType) -> str:
+    """A function's code without its file name or line numbers: moving it does not change it."""
+    h = hashlib.sha256(code.co_code)
+    h.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
+    for const in code.co_consts:
+        h.update(code_hash(const).encode() if isinstance(const, types.CodeType) else repr(const).encode())
+    return h.hexdigest()
+
+
+class _MissingType:
+    pass
+
+
+_MISSING = _MissingType()
+
+
+def _value_hash(value: object) -> str | None:
+    if value is _MISSING:
+        return None
+    try:
+        return joblib.hash(value)
+    except Exception:  # an unpicklable value cannot be checked: never trust a stored result over it
+        return f"unhashable:{id(value)}"
+
+
+def _page_code_hash(namespace: dict, qualname: str) -> str | None:
+    target: object = namespace
+    for part in qualname.split("."):
+        target = target.get(part) if isinstance(target, dict) else getattr(target, part, None)
+    code = getattr(target, "__code__", None)
+    return code_hash(code) if code is not None else None
+
+
+class _CodeTracer:
+    """Which code runs during the call (sys.setprofile sees every Python function called)."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+        self.codes: set[types.CodeType] = set()
+
+    def __enter__(self) -> _CodeTracer:
+        self.previous = sys.getprofile()
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(self.previous)
+
+    def _profile(self, frame: types.FrameType, event: str, arg: object) -> None:
+        if event == "call":
+            self.codes.add(frame.f_code)
+
+    def _is_page_code(self, code: types.CodeType) -> bool:
+        """The page's own functions: not a project file, not an installed one, not frozen."""
+        filename = code.co_filename
+        if filename.startswith("<frozen") or (os.path.isabs(filename) and self.recorder.watches(filename)):
+            return False
+        return not any(filename.startswith(p) for p in self.recorder.ignored)
+
+    def page_code(self, store: MemoStore) -> dict[str, str]:
+        """Top-level page functions (and methods of page classes) called, by their code."""
+        namespace = store.page_namespace or {}
+        reached = {c.co_qualname for c in self.codes if self._is_page_code(c) and "<" not in c.co_qualname}
+        return {q: h for q in sorted(reached) if (h := _page_code_hash(namespace, q)) is not None}
+
+    def page_globals(self, store: MemoStore) -> dict[str, str | None]:
+        """The page's global values (not functions, classes or modules) read by page code called."""
+        namespace = store.page_namespace or {}
+        names = {n for c in self.codes if self._is_page_code(c) for n in _all_names(c)}
+        return {n: _value_hash(namespace[n]) for n in sorted(names)
+                if n in namespace and not isinstance(namespace[n], (types.FunctionType, type, types.ModuleType))}
+
+    def module_files(self) -> list[str]:
+        """Project files whose code ran, and the project modules those reference (what their code
+        can run elsewhere, e.g. in worker processes)."""
+        files = {c.co_filename for c in self.codes if os.path.isabs(c.co_filename) and self.recorder.watches(c.co_filename)}
+        by_file = {os.path.realpath(m.__file__): m for m in list(sys.modules.values())
+                   if isinstance(getattr(m, "__file__", None), str)}
+        pending = list(files)
+        while pending:
+            module = by_file.get(os.path.realpath(pending.pop()))
+            for value in vars(module).values() if module else ():
+                source = sys.modules.get(getattr(value, "__module__", None) or getattr(value, "__name__", ""))
+                file = getattr(source, "__file__", None)
+                if isinstance(file, str) and self.recorder.watches(os.path.realpath(file)) and file not in files:
+                    files.add(file)
+                    pending.append(file)
+        return sorted(os.path.realpath(f) for f in files)
+
+
+def _all_names(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _all_names(const)
+    return names

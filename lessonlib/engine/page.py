@@ -1,35 +1,55 @@
-"""execute_page: the one executor behind the MkDocs plugin, the pytest collector and the CLI."""
+"""execute_pages: the one executor behind the MkDocs plugin, the pytest collector and the CLI.
+
+For each page: parse it, look it up in the cache (its static key, then its recorded inputs),
+run the pages that missed in worker processes (lessonlib.engine.pool), store what they
+produced, and render every page back to Markdown. Concurrent builds of one checkout share the
+cache: a page another build is running is waited for, then read from the cache.
+"""
 from __future__ import annotations
 
 import os
+import tempfile
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version
 from pathlib import Path
+from typing import IO
 
 import lessonlib
+from lessonlib.engine import SEED
 from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.cache import PageCache, PageOutputs, environment_fingerprint, page_key
-from lessonlib.engine.memo import memo_location
+from lessonlib.engine.cache import Entry, PageCache, environment_fingerprint, page_key
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.inputs import Manifest
+from lessonlib.engine.outputs import PageOutputs
+from lessonlib.engine.pool import PageJob, Ran, Task, cpu_count, run_pages
 from lessonlib.engine.render import render
-from lessonlib.engine.session import SEED, Session
+
+PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
 
 
 @dataclass(frozen=True)
 class Settings:
+    root: Path = field(default_factory=Path.cwd)  # the project: the folder of mkdocs.yml
     timeout: float = 600.0  # seconds per block, unless the block says otherwise
     cache_dir: Path | None = None  # None: neither read nor write a cache
     execute: bool = True  # False: show the code, run nothing (LESSONLIB_EXECUTE=0)
     refresh: bool = False  # run even on a cache hit, memoized experiments too (LESSONLIB_REFRESH=1)
+    workers: int = 0  # pages run at once; 0: one per core (LESSONLIB_WORKERS)
+    memory_limit_mb: float | None = None  # per page, its child processes included; None: no limit
+    output_limit_kb: float = 1024  # per block, text and figures
 
     def with_environment(self) -> Settings:
-        """Apply the LESSONLIB_EXECUTE, LESSONLIB_REFRESH and LESSONLIB_CACHE_DIR switches."""
+        """Apply the LESSONLIB_EXECUTE, LESSONLIB_REFRESH, LESSONLIB_CACHE_DIR and LESSONLIB_WORKERS switches."""
         cache_dir = os.environ.get("LESSONLIB_CACHE_DIR")
+        workers = os.environ.get("LESSONLIB_WORKERS")
         return replace(
             self,
             cache_dir=Path(cache_dir) if cache_dir else self.cache_dir,
             execute=self.execute and os.environ.get("LESSONLIB_EXECUTE", "1") != "0",
             refresh=self.refresh or os.environ.get("LESSONLIB_REFRESH", "0") == "1",
+            workers=int(workers) if workers else self.workers,
         )
 
 
@@ -38,48 +58,163 @@ class PageResult:
     page: ParsedPage
     markdown: str
     outputs: PageOutputs | None = None  # None when nothing ran (no code, or execution off)
+    inputs: Manifest | None = None  # what the run read
     blocks_run: int = 0
     from_cache: bool = False
     seconds: float = 0.0
 
+    @property
+    def summary(self) -> str:
+        how = "from cache" if self.from_cache else f"ran {self.blocks_run} blocks"
+        return f"{self.page.path}: {how} in {self.seconds:.2f} s"
+
+
+Report = Callable[[str], None]
+
 
 def execute_page(text: str, path: str, settings: Settings) -> PageResult:
-    """Run (or fetch from the cache) every block of one page and render it back to Markdown.
-
-    Raises LessonError, located at ``path:LINE``, on any failure; nothing is cached then.
-    """
-    started = time.perf_counter()
-    page = parse_page(text, path)
-    if not page.executable or not settings.execute:
-        return PageResult(page, render(page, None, None))
-    environment = environment_fingerprint()
-    key = page_key(page, environment)
-    cache = PageCache(settings.cache_dir) if settings.cache_dir else None
-    outputs = None if cache is None or settings.refresh else cache.load(key)
-    result = PageResult(page, "", outputs, from_cache=outputs is not None)
-    if outputs is None:
-        memo_dir = None if cache is None or settings.refresh else settings.cache_dir / "memo" / environment[:16]
-        with memo_location(memo_dir):
-            outputs = run_page(page, settings.timeout)
-        result.outputs, result.blocks_run = outputs, len(page.blocks)
-        if cache:
-            cache.store(key, outputs)
-    result.markdown = render(page, *outputs, footer=stamp(key))
-    result.seconds = time.perf_counter() - started
+    """One page; raises its LessonError, located at ``path:LINE``, on any failure."""
+    (result,) = execute_pages([(text, path)], settings)
+    if isinstance(result, LessonError):
+        raise result
     return result
 
 
-def run_page(page: ParsedPage, timeout: float) -> PageOutputs:
-    session = Session(page, timeout)
-    blocks = [session.run(block) for block in page.blocks]
-    values = {inline.source: session.value(inline) for inline in page.inlines}
-    return blocks, values
+def execute_pages(sources: list[tuple[str, str]], settings: Settings,
+                  report: Report = lambda line: None) -> list[PageResult | LessonError]:
+    """Every page's result (or its error), in the order given. `sources` are (text, path) pairs,
+    path relative to ``settings.root``. Pages that must run, run in parallel; nothing failed is cached."""
+    results: list[PageResult | LessonError | None] = [None] * len(sources)
+    todo: list[tuple[int, ParsedPage]] = []
+    for index, (text, path) in enumerate(sources):
+        try:
+            page = parse_page(text, path)
+        except LessonError as e:
+            results[index] = e
+            continue
+        folder = (settings.root / path).parent
+        if page.executable and settings.execute and not folder.is_dir():
+            results[index] = LessonError(path, 1, f"the page's folder {folder} does not exist (it is its working directory)")
+        elif page.executable and settings.execute:
+            todo.append((index, page))
+        else:
+            results[index] = PageResult(page, render(page, None, None))
+    if todo:
+        _Run(settings, report).execute(todo, results)
+    return results  # type: ignore[return-value]
+
+
+class _Run:
+    """One call of execute_pages: lookups, locks, the pool, storing and rendering."""
+
+    def __init__(self, settings: Settings, report: Report) -> None:
+        self.settings, self.report = settings, report
+        self.environment = environment_fingerprint()
+        self.cache = PageCache(settings.cache_dir) if settings.cache_dir else None
+
+    def execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
+        with tempfile.TemporaryDirectory(prefix="lessonlib-stacks-") as stacks:
+            self.stacks = Path(stacks)  # each worker's Python stack, written when it crashes or is stopped
+            self._execute(todo, results)
+
+    def _execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
+        started = time.perf_counter()
+        keys = {index: page_key(page, self.environment) for index, page in todo}
+        misses, locks = [], {}
+        for index, page in todo:
+            hit, seconds = self._lookup(page, keys[index])
+            if hit is not None:
+                results[index] = hit
+            else:
+                misses.append((seconds, index, page))
+        # The longest first (as last time; never run: the most code), so no worker ends on a long page.
+        misses.sort(key=lambda miss: (-miss[0], -sum(len(b.code) for b in miss[2].blocks)))
+        claimed, held_elsewhere = [], []
+        for _, index, page in misses:
+            lock = self.cache.lock(keys[index], wait=False) if self.cache else None
+            if self.cache and lock is None:
+                held_elsewhere.append((index, page))
+                continue
+            locks[index] = lock
+            claimed.append((index, page))
+        try:
+            self._run(claimed, keys, locks, results, total=len(misses))
+            for index, page in held_elsewhere:  # another build is running them: wait, then read its result
+                self.report(f"{page.path}: waiting for another build that is running this page")
+                locks[index] = self.cache.lock(keys[index], wait=True)
+                hit, _ = self._lookup(page, keys[index])
+                if hit is not None:
+                    results[index] = hit
+                else:
+                    self._run([(index, page)], keys, locks, results, total=1)
+        finally:
+            for lock in locks.values():
+                if lock is not None:
+                    lock.close()
+        ran = sum(1 for _, i, _ in misses if isinstance(results[i], PageResult) and not results[i].from_cache)
+        pages = f"{len(todo)} page{'s' if len(todo) != 1 else ''}"
+        self.report(f"{pages}: {ran} ran, {len(todo) - len(misses)} from cache, "
+                    f"in {time.perf_counter() - started:.1f} s" + (f" with {workers} workers" if (workers := self._workers(len(misses))) > 1 else ""))
+
+    def _lookup(self, page: ParsedPage, key: str) -> tuple[PageResult | None, float]:
+        """A result from the cache if every recorded input is unchanged; else how long the page
+        took last time (0 if unknown)."""
+        started = time.perf_counter()
+        entry = self.cache.load(key) if self.cache else None
+        if entry is None:
+            return None, float("inf")
+        changed = entry.manifest.changed()
+        if changed or self.settings.refresh:
+            if changed:
+                self.report(f"{page.path}: runs again: {changed}")
+            return None, entry.seconds
+        result = self._result(page, key, entry.outputs, entry.manifest)
+        result.from_cache, result.seconds = True, time.perf_counter() - started
+        self.report(result.summary)
+        return result, entry.seconds
+
+    def _run(self, claimed: list[tuple[int, ParsedPage]], keys: dict, locks: dict[int, IO | None],
+             results: list, total: int) -> None:
+        tasks = [Task(self._job(page, len(claimed)), page, self.settings.timeout) for _, page in claimed]
+        index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
+        workers = self._workers(len(tasks))
+        for done, (task, outcome) in enumerate(run_pages(tasks, workers, self.settings.memory_limit_mb), start=1):
+            index = index_of[id(task)]
+            if isinstance(outcome, Ran):
+                if self.cache:
+                    self.cache.store(keys[index], Entry(outcome.outputs, outcome.manifest, outcome.seconds))
+                result = self._result(task.page, keys[index], outcome.outputs, outcome.manifest)
+                result.blocks_run, result.seconds = len(task.page.blocks), outcome.seconds
+                results[index] = result
+                self.report(f"[{done}/{total}] {result.summary}")
+            else:
+                results[index] = outcome
+                self.report(f"[{done}/{total}] {task.page.path}: failed at line {outcome.line}")
+            lock = locks.pop(index, None)
+            if lock is not None:
+                lock.close()
+
+    def _job(self, page: ParsedPage, pages_at_once: int) -> PageJob:
+        cpus = max(1, cpu_count() // max(1, min(self._workers(pages_at_once), pages_at_once)))
+        cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
+        roots = tuple(dict.fromkeys([str(self.settings.root.resolve()), str(PACKAGE_ROOT)]))
+        stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
+        return PageJob(page.path, "".join(page.lines), str(self.settings.root.resolve()), roots, cache_dir,
+                       self.settings.refresh, int(self.settings.output_limit_kb * 1024), cpus, str(stack),
+                       self.environment, tuple(os.environ.items()))
+
+    def _workers(self, pages: int) -> int:
+        return max(1, min(self.settings.workers or cpu_count(), pages))
+
+    def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
+        return PageResult(page, render(page, *outputs, footer=stamp(key)), outputs, inputs)
 
 
 def stamp(key: str) -> str:
     """The build stamp under every executed page: how its numbers were produced."""
+    device = os.environ.get("LESSONLIB_DEVICE", "cpu")
     return (
         f'<p class="lessonlib-stamp">Numbers and figures on this page were computed when the site was built: '
-        f"torch {version('torch')}, device <code>{lessonlib.device()}</code>, seed {SEED}, "
+        f"torch {version('torch')}, device <code>{device}</code>, seed {SEED}, "
         f"code hash <code>{key[:12]}</code>.</p>"
     )

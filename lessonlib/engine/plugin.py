@@ -1,4 +1,10 @@
-"""The MkDocs door: a thin plugin over execute_page."""
+"""The MkDocs door: a thin plugin over execute_pages.
+
+Every executable page runs in ``on_pre_build``, which MkDocs calls before it cleans site_dir:
+a failing page stops the build and the previous site stays as it was. The pages are then
+rendered from those results. Under ``mkdocs serve``, what the pages read (helpers, data files,
+lessonlib's modules) is watched too, so editing any of it rebuilds.
+"""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,60 +14,100 @@ from mkdocs.config import base, load_config
 from mkdocs.config import config_options as c
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, get_plugin_logger
+from mkdocs.structure.files import get_files
 
+from lessonlib.engine.cache import write_atomically
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.notebook import to_notebook
-from lessonlib.engine.page import Settings, execute_page
+from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
 
 log = get_plugin_logger(__name__)
+_server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
 
 
 class LessonConfig(base.Config):
     timeout = c.Type((int, float), default=600)  # seconds per block; a block may say timeout=N
     cache_dir = c.Type(str, default=".lessonlib-cache")  # relative to mkdocs.yml
+    workers = c.Type(int, default=0)  # pages run at once; 0: one per core (LESSONLIB_WORKERS overrides)
+    memory_limit_mb = c.Optional(c.Type((int, float)))  # per page, with its child processes
+    output_limit_kb = c.Type((int, float), default=1024)  # per block, text and figures
 
 
 class LessonPlugin(BasePlugin[LessonConfig]):
     def on_config(self, config):
-        self.settings = settings_from(self.config, Path(config.config_file_path).parent)
+        self.root = Path(config.config_file_path).parent
+        self.settings = settings_from(self.config, self.root)
+        self.results: dict[str, PageResult] = {}
         if not self.settings.execute:
             log.info("LESSONLIB_EXECUTE=0: showing code without running it")
         return config
 
+    def on_pre_build(self, config):
+        sources = []
+        for file in get_files(config).documentation_pages():
+            if file.src_uri.endswith(".md") and not file.inclusion.is_excluded():
+                sources.append((Path(file.abs_src_path).read_text(encoding="utf-8"), self._rel(file.abs_src_path)))
+        results = execute_pages(sources, self.settings, report=log.info)
+        errors = [r for r in results if isinstance(r, LessonError)]
+        if errors:
+            raise PluginError("\n\n".join(map(str, errors)))
+        self.results = {r.page.path: r for r in results}
+
     def on_page_markdown(self, markdown, page, config, files):
-        root = Path(config.config_file_path).parent
-        source = Path(page.file.abs_src_path)
-        # MkDocs hands over the page without its front matter; pad it back so lines match the file.
-        offset = source.read_text(encoding="utf-8").count("\n") - markdown.count("\n")
-        try:
-            result = execute_page("\n" * offset + markdown, source.relative_to(root).as_posix(), self.settings)
-        except LessonError as e:
-            raise PluginError(str(e)) from None
+        path = self._rel(page.file.abs_src_path)
+        text = Path(page.file.abs_src_path).read_text(encoding="utf-8")
+        # MkDocs hands over the page without its front matter: its first `offset` lines.
+        offset = text.count("\n") - markdown.count("\n")
+        result = self.results.get(path)
+        if result is None or "".join(result.page.lines) != text:  # edited since on_pre_build (serve)
+            try:
+                result = execute_page(text, path, self.settings)
+            except LessonError as e:
+                raise PluginError(str(e)) from None
+        rendered = result.markdown.split("\n", offset)[-1] if offset else result.markdown
         if result.outputs is None:
-            return result.markdown[offset:]
-        how = "from cache" if result.from_cache else f"ran {result.blocks_run} blocks"
-        log.info(f"{result.page.path}: {how} in {result.seconds:.2f} s")
+            return rendered
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
         target = Path(config.site_dir) / Path(page.file.dest_uri).parent / notebook
-        target.parent.mkdir(parents=True, exist_ok=True)
-        nbformat.write(to_notebook(result.page, result.outputs), target)
+        write_atomically(target, nbformat.writes(to_notebook(result.page, result.outputs)))
         link = f'<p class="lessonlib-download"><a href="{notebook}" download>Download this lesson as a Jupyter notebook</a></p>'
-        return f"{result.markdown[offset:]}\n{link}\n"
+        return f"{rendered}\n{link}\n"
 
     def on_page_content(self, html, page, config, files):
         source = Path(page.file.abs_src_path)
         lines = source.read_text(encoding="utf-8").splitlines() if source.suffix == ".md" else []
         for leak in leftover_tex(html):
             # A warning, so that a strict build fails while a draft build still shows the page.
-            where = f"{source.relative_to(Path(config.config_file_path).parent).as_posix()}:{source_line(leak, lines)}"
-            log.warning(f"{where}: raw TeX in the page's text: {leak!r} (inline math is $...$ with no "
-                        "space just inside either dollar)")
+            log.warning(f"{self._rel(source)}:{source_line(leak, lines)}: raw TeX in the page's text: {leak!r} "
+                        "(inline math is $...$ with no space just inside either dollar)")
         return to_mathml(html)
+
+    def on_serve(self, server, config, builder):
+        global _server
+        _server = server
+        self.on_post_build(config)
+        return server
+
+    def on_post_build(self, config):
+        """Under serve, watch every input a page read outside docs/ (MkDocs watches docs/ itself)."""
+        if _server is None:
+            return
+        docs = Path(config.docs_dir).resolve()
+        for result in self.results.values():
+            for kind in ("modules", "files", "dirs") if result.inputs else ():
+                for name in getattr(result.inputs, kind):
+                    if docs not in Path(name).parents and Path(name).exists():
+                        _server.watch(name, recursive=False)
+
+    def _rel(self, path: str | Path) -> str:
+        return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
 
 
 def settings_from(config: LessonConfig, root: Path) -> Settings:
-    return Settings(timeout=float(config.timeout), cache_dir=root / config.cache_dir).with_environment()
+    return Settings(root=root, timeout=float(config.timeout), cache_dir=root / config.cache_dir,
+                    workers=config.workers, memory_limit_mb=config.memory_limit_mb,
+                    output_limit_kb=float(config.output_limit_kb)).with_environment()
 
 
 def load_settings(config_file: Path) -> Settings:

@@ -1,8 +1,11 @@
 """The pytest door: every page under docs/ with exec or pycon blocks is one test item, and
 every lesson page (docs/lessons/) gets a second one: no numeral typed by hand in its prose.
 
-Each item runs its page afresh (the cache is not read; memoized experiments rerun too) and
-stores the result, so a site build later in the same test run is warm.
+Each item goes through the build's executor: its page runs in a worker process of its own,
+unless the cache holds a result whose every recorded input is unchanged (a fresh clone, as in
+CI, has none; LESSONLIB_REFRESH=1 runs everything). Results are stored, so the browser tests'
+site build in the same run is warm, and a build that reaches a page while a test runs it waits
+for it instead of running it twice. With pytest-xdist, pages run side by side.
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ class NumeralsItem(pytest.Item):
 class LessonItem(pytest.Item):
     def runtest(self) -> None:
         root = Path(self.config.rootpath)
-        settings = replace(load_settings(root / "mkdocs.yml"), execute=True, refresh=True)
+        settings = replace(load_settings(root / "mkdocs.yml"), execute=True)
         rel = self.path.relative_to(root).as_posix()
         execute_page(self.path.read_text(encoding="utf-8"), rel, settings)
 

@@ -6,7 +6,7 @@ import html
 import re
 
 from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source, literal_text
-from lessonlib.engine.session import BlockOutput
+from lessonlib.engine.outputs import BlockOutput
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
 
@@ -28,22 +28,25 @@ def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str
     return f"{text.rstrip()}\n\n{footer}\n" if footer else text
 
 
-def render_line(page: ParsedPage, i: int, values: dict[str, str] | None) -> str:
-    """Line i of the page, with inline values filled in when it is prose."""
-    return substitute_inline(page.lines[i], values) if page.prose[i] else page.lines[i]
+def render_line(page: ParsedPage, i: int, values: dict[str, str] | None, escape: bool = True) -> str:
+    """Line i of the page, with inline values filled in when it is prose (escaped for MkDocs,
+    which reads Markdown with HTML inside; a notebook shows them as they are)."""
+    return substitute_inline(page.lines[i], values, escape) if page.prose[i] else page.lines[i]
 
 
-def substitute_inline(line: str, values: dict[str, str] | None) -> str:
+def substitute_inline(line: str, values: dict[str, str] | None, escape: bool = True) -> str:
+    as_text = _as_text if escape else str
+
     def replace(span: re.Match[str]) -> str:
         literal = literal_text(span)
         if literal is not None:
-            return _as_text(literal)
+            return as_text(literal)
         source = inline_source(span)
         if source is None:
             return span.group(0)
         if values is None:
             return f"`{source}`"
-        return _as_text(values[source])
+        return as_text(values[source])
 
     return CODE_SPAN.sub(replace, line)
 

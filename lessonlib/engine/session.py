@@ -1,4 +1,8 @@
-"""One page = one session: a namespace in which the page's blocks run in order."""
+"""One page = one session: a namespace in which the page's blocks run in order.
+
+Runs inside the page's worker process (lessonlib.engine.worker); the build process, which
+enforces time and memory limits from outside, never imports this module.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -6,11 +10,7 @@ import doctest
 import io
 import linecache
 import random
-import signal
-import threading
 import traceback
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -18,58 +18,67 @@ import torch
 from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
 from lessonlib.engine.errors import LessonError
+from lessonlib.engine.outputs import BlockOutput, Figure
 
 SEED = 0
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
-@dataclass
-class Figure:
-    svg: str
-    alt: str
+def start_page(seed: int = SEED) -> None:
+    """The state every page starts from: the same seed in random, NumPy and torch, and the
+    house figure style. Exported notebooks call it in their first cell."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    svg.reset()
 
 
-@dataclass
-class BlockOutput:
-    text: str = ""
-    figures: list[Figure] = field(default_factory=list)
+class _CappedText(io.StringIO):
+    """Captured output that stops growing at `limit` characters (the block then fails)."""
 
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit, self.overflowed = limit, False
 
-class BlockTimeout(Exception):
-    pass
+    def write(self, text: str) -> int:
+        if self.tell() + len(text) > self.limit:
+            self.overflowed = True
+            text = text[: max(0, self.limit - self.tell())]
+        return super().write(text)
 
 
 class Session:
-    def __init__(self, page: ParsedPage, timeout: float) -> None:
-        self.page, self.path, self.timeout = page, page.path, timeout
+    def __init__(self, page: ParsedPage, output_limit: int = 1 << 20) -> None:
+        self.page, self.path, self.output_limit = page, page.path, output_limit
         self.namespace: dict = {"__name__": "__lesson__"}
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
-        random.seed(SEED)
-        np.random.seed(SEED)
-        torch.manual_seed(SEED)
-        svg.reset()
+        start_page()
 
     def run(self, block: Block) -> BlockOutput:
-        output = io.StringIO()
-        seconds = block.timeout or self.timeout
+        output = _CappedText(self.output_limit)
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
-            with _time_limit(seconds):
-                try:
-                    if block.kind == "pycon":
-                        self._run_pycon(block)
-                    else:
-                        self._run_exec(block)
-                except LessonError:
-                    raise
-                except BlockTimeout as e:
-                    raise self._located(e, f"block timed out after {seconds:g} s", block, callees=False) from None
-                except Exception as e:
-                    raise self._located(e, f"{type(e).__name__}: {e}", block) from None
+            try:
+                if block.kind == "pycon":
+                    self._run_pycon(block)
+                else:
+                    self._run_exec(block)
+            except LessonError:
+                raise
+            except SystemExit as e:
+                # exit() would end the page's process as if it had finished: a failure, said so.
+                raise self._located(e, f"the block called exit({e.code!r}): a page must run to its end", block) from None
+            except Exception as e:
+                raise self._located(e, f"{type(e).__name__}: {e}", block) from None
+        result = BlockOutput(output.getvalue(), [])
         svgs = svg.take_figures()
         if svgs and not block.options.get("caption", "").strip():
             raise LessonError(self.path, block.start + 1, 'this block makes a figure but has no alt text: add caption="..."')
-        return BlockOutput(output.getvalue(), [Figure(svg, block.options.get("caption", "")) for svg in svgs])
+        result.figures = [Figure(s, block.options.get("caption", "")) for s in svgs]
+        if output.overflowed or result.size > self.output_limit:
+            raise LessonError(self.path, block.start + 1, f"this block's output is larger than the limit of "
+                              f"{self.output_limit / 1024:,.0f} KB (output_limit in mkdocs.yml): print less")
+        return result
 
     def value(self, inline: Inline) -> str:
         try:
@@ -96,14 +105,11 @@ class Session:
             line = block.first_line + f.example.lineno
             raise LessonError(self.path, line, f.message, f.detail) from None
 
-    def _located(self, exc: Exception, message: str, block: Block, callees: bool = True) -> LessonError:
-        """Name the page line that raised, with a traceback that starts in the page's code
-        (and, for a timeout, ends there too: the engine's alarm handler is no news to an author)."""
+    def _located(self, exc: BaseException, message: str, block: Block) -> LessonError:
+        """Name the page line that raised, with a traceback that starts in the page's code."""
         frames = traceback.extract_tb(exc.__traceback__)
         first = next((i for i, f in enumerate(frames) if f.filename == self.path), len(frames))
-        frames = traceback.StackSummary.from_list(
-            [f for f in frames[first:] if callees or f.filename == self.path]
-        )
+        frames = traceback.StackSummary.from_list(frames[first:])
         page_lines = [f.lineno for f in frames if f.filename == self.path]
         line = page_lines[-1] if page_lines else block.start + 1
         if isinstance(exc, AssertionError) and not str(exc):
@@ -134,22 +140,3 @@ class _StopAtFirstFailure(doctest.DocTestRunner):
             tb = tb.tb_next
         detail = "".join(traceback.format_exception(exc_type, exc, tb))
         raise _PyconFailure(example, f"{exc_type.__name__}: {exc} (in >>> {example.source.strip()})", detail)
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Raise BlockTimeout inside the block after `seconds` (only possible on the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum: int, frame: object) -> None:
-        raise BlockTimeout
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)

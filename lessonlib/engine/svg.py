@@ -1,12 +1,11 @@
-"""Matplotlib figures as deterministic SVG text."""
+"""Matplotlib figures as deterministic SVG text (the worker selects the Agg backend first;
+a notebook keeps its own)."""
 from __future__ import annotations
 
 import io
 
 import matplotlib
-
-matplotlib.use("Agg")  # no display at build time
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt
 
 # Fixed ids and no date stamp: the same figure gives the same bytes on every build.
 # Text stays text (smaller files, selectable, searchable by the browser).

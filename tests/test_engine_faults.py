@@ -1,0 +1,151 @@
+"""Whatever ends a page early fails it, located at its line, in words — through every door.
+
+Each page runs in a worker process; the build watches it from outside, so no lesson code can
+turn a failure into a success: not exit(), not a crash, not a swallowed timeout.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.page import Settings, execute_page, execute_pages
+
+from test_engine_doors import GOOD, build, command, lessonlib_cli, make_site
+
+PATH = "docs/fault.md"
+
+FAULTS = {
+    # body of the page (its first line is line 1), the line named, the words of the cause
+    "sys.exit(0)": ("```python exec\nimport sys\nsys.exit(0)\n```\n", 3, "the block called exit(0)"),
+    "exit()": ("```python exec\nx = 1\nexit()\n```\n", 3, "the block called exit(None)"),
+    "os._exit(3)": ("```python exec\nimport os\nos._exit(3)\n```\n", 1,
+                    "the page's process exited with status 3 while running this block"),
+    "segfault": ("```python exec\nimport ctypes\nctypes.string_at(0)\n```\n", 3,
+                 "the page's process was killed by signal 11 (SIGSEGV: Segmentation fault)"),
+    "killed": ("```python exec\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n```\n", 1,
+               "was killed by signal 9 (SIGKILL: Killed); if nothing else killed it, the machine ran out of memory"),
+    "swallowed timeout": ("```python exec timeout=0.5\nimport time\nwhile True:\n    try:\n        time.sleep(0.05)\n"
+                          "    except BaseException:\n        pass\n```\n", 5, "block timed out after 0.5 s"),
+    "long C call": ("```python exec timeout=0.5\nimport hashlib\nhashlib.pbkdf2_hmac('sha256', b'x', b'y', 2**31 - 1)\n```\n",
+                    3, "block timed out after 0.5 s"),
+    "output cap": ("```python exec\nprint('x' * 3000)\n```\n", 1, "this block's output is larger than the limit of 2 KB"),
+    "near-miss fence": ("Some text.\n\n```py exec\nprint('never run')\n```\n", 3, "looks like a block to run but is not one"),
+}
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    (tmp_path / "docs").mkdir()
+    return Settings(root=tmp_path, output_limit_kb=2)
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_fault_fails_the_page_at_its_line_in_words(fault, settings):
+    body, line, cause = FAULTS[fault]
+    with pytest.raises(LessonError) as info:
+        execute_page(body, PATH, settings)
+    assert str(info.value).startswith(f"{PATH}:{line}: ") and cause in info.value.message, str(info.value)
+
+
+def test_a_crash_and_a_timeout_show_the_stack_in_the_page(settings):
+    with pytest.raises(LessonError) as info:
+        execute_page(FAULTS["long C call"][0], PATH, settings)
+    assert f'File "{PATH}", line 3' in info.value.detail
+
+
+def test_the_memory_limit_ends_the_page_at_its_line(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = "```python exec\nimport time\nhog = bytearray(1500 * 2**20)\ntime.sleep(60)\n```\n"
+    with pytest.raises(LessonError) as info:
+        execute_page(page, PATH, Settings(root=tmp_path, memory_limit_mb=1000))
+    # caught while allocating (line 3) or while holding it (line 4), as the 0.2 s polls fall
+    assert info.value.line in (3, 4) and info.value.message.startswith("used more than the page's memory limit of 1,000 MB")
+
+
+def test_one_failing_page_does_not_stop_the_others_and_each_is_reported(settings):
+    results = execute_pages([("```python exec\nimport os\nos._exit(3)\n```\n", "docs/a.md"),
+                             ("```python exec\nprint('fine')\n```\n", "docs/b.md")], settings)
+    assert isinstance(results[0], LessonError) and results[1].outputs[0][0].text == "fine\n"
+
+
+@pytest.mark.parametrize("fault", ["sys.exit(0)", "os._exit(3)", "segfault"])
+def test_build_and_cli_fail_and_the_previous_site_survives(tmp_path, fault):
+    body, line, cause = FAULTS[fault]
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    assert build(site).returncode == 0
+    before = {p.relative_to(site / "site"): p.read_bytes() for p in (site / "site").rglob("*") if p.is_file()}
+    (site / "docs" / "bad.md").write_text(body)
+
+    result = build(site)
+    assert result.returncode != 0 and f"docs/bad.md:{line}: " in result.stderr and cause in result.stderr
+    after = {p.relative_to(site / "site"): p.read_bytes() for p in (site / "site").rglob("*") if p.is_file()}
+    assert after == before, "a failed build must leave the previous site exactly as it was"
+
+    cli = lessonlib_cli(site, "run", "docs/bad.md")
+    assert cli.returncode == 1 and f"\ndocs/bad.md:{line}: " in f"\n{cli.stderr}" and cause in cli.stderr
+
+
+def test_the_pytest_item_fails_with_the_located_cause(tmp_path):
+    site = make_site(tmp_path, {"lessons/bad.md": FAULTS["os._exit(3)"][0]})
+    (site / "conftest.py").write_text('pytest_plugins = ["lessonlib.engine.pytest_plugin"]\n')
+    result = command([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "docs"], site)
+    assert result.returncode == 1
+    assert "docs/lessons/bad.md:1: the page's process exited with status 3 while running this block" in result.stdout
+
+
+def test_one_or_many_workers_give_the_same_bytes(tmp_path):
+    pages = {"index.md": "# Home\n", "good.md": GOOD}
+    for n in range(3):
+        pages[f"p{n}.md"] = textwrap.dedent(f"""\
+            ```python exec caption="Random points of page {n}."
+            import torch, matplotlib.pyplot as plt
+            x = torch.randn(20)
+            plt.plot(x)
+            print(x[:3])
+            ```
+            """)
+    trees = []
+    for workers in ("1", "3"):
+        site = make_site(tmp_path / workers, pages)
+        result = command([sys.executable, "-m", "mkdocs", "build", "--strict"], site, LESSONLIB_WORKERS=workers)
+        assert result.returncode == 0, result.stderr
+        trees.append(site / "site")
+    files = sorted(p.relative_to(trees[0]) for p in trees[0].rglob("*") if p.is_file() and "sitemap" not in p.name)
+    assert files and all((trees[0] / f).read_bytes() == (trees[1] / f).read_bytes() for f in files)
+    assert "with 3 workers" in result.stderr
+
+
+def test_concurrent_builds_of_one_checkout_run_each_page_once(tmp_path):
+    """Build A runs the page, which holds until told; build B starts meanwhile and must wait for
+    A's result instead of running the page again (or failing)."""
+    log, go = tmp_path / "runs.log", tmp_path / "go"
+    page = (f"```python exec\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write('ran\\n')\n"
+            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n```\n")
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "slow.md": page})
+
+    def start(name: str) -> tuple[subprocess.Popen, Path]:
+        err = tmp_path / f"{name}.err"
+        args = [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / name)]
+        return subprocess.Popen(args, cwd=site, stdout=subprocess.DEVNULL, stderr=err.open("w")), err
+
+    def until(condition) -> None:
+        for _ in range(3000):  # a generous bound on a busy machine; the condition is what we wait for
+            if condition():
+                return
+            time.sleep(0.05)
+        raise AssertionError("gave up waiting")
+
+    a, a_err = start("a")
+    until(lambda: log.exists())
+    b, b_err = start("b")
+    until(lambda: "waiting for another build" in b_err.read_text())
+    go.write_text("")
+    assert [a.wait(timeout=300), b.wait(timeout=300)] == [0, 0], (a_err.read_text(), b_err.read_text())
+    assert log.read_text().count("ran") == 1
+    assert "docs/slow.md: from cache" in b_err.read_text()

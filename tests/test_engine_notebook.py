@@ -1,0 +1,102 @@
+"""The notebook door: an exported lesson, run top to bottom in a fresh Jupyter kernel, prints
+what the page printed, block by block (timings apart), and shows as many figures."""
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.notebook import to_notebook
+from lessonlib.engine.page import Settings, execute_page
+from lessonlib.engine.plugin import load_settings
+from lessonlib.engine.session import DOCTEST_FLAGS
+
+ROOT = Path(__file__).resolve().parents[1]
+LESSONS = sorted((ROOT / "docs" / "lessons").glob("*.md"))
+
+SMALL = """\
+# Small
+
+```python exec caption="A line."
+s = "<b>*x*</b>"
+import matplotlib.pyplot as plt
+plt.plot([1, 2])
+```
+
+```python exec timing
+print("took 3 ms")
+```
+
+Value: `{py} s`.
+
+```pycon
+>>> 1 + 1
+2
+>>> print("a")
+a
+```
+"""
+
+
+def test_export_starts_where_pages_start_splits_examples_and_leaves_values_as_they_are(tmp_path):
+    (tmp_path / "docs").mkdir()
+    result = execute_page(SMALL.replace("plt.plot([1, 2])", "plt.plot([1, 2])  # a line"), "docs/small.md",
+                          Settings(root=tmp_path))
+    cells = to_notebook(result.page, result.outputs).cells
+    assert cells[0].metadata.tags == ["setup"] and "start_page()" in cells[0].source
+    assert cells[2].source.endswith("plt.plot([1, 2]);  # a line"), "a page does not show a last line's value"
+    assert cells[3].metadata.tags == ["timing"]
+    assert "Value: <b>*x*</b>." in cells[4].source
+    assert [(c.source, c.outputs[0].data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
+
+
+def _exec_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
+    return [c for c in notebook.cells if c.cell_type == "code" and not set(c.metadata.get("tags", [])) & {"setup", "pycon"}]
+
+
+def _run(notebook: nbformat.NotebookNode, folder: Path) -> None:
+    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+
+
+@pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
+def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monkeypatch):
+    settings = load_settings(ROOT / "mkdocs.yml")
+    rel = lesson.relative_to(ROOT).as_posix()
+    result = execute_page(lesson.read_text(encoding="utf-8"), rel, settings)
+    notebook = to_notebook(result.page, result.outputs)
+    examples = [(c, c.outputs[0].data["text/plain"] if c.outputs else "") for c in notebook.cells
+                if c.metadata.get("tags") == ["pycon"]]
+    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(settings.cache_dir))  # memoized training is reused, not redone
+    _run(notebook, lesson.parent)
+
+    blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs[0]) if b.kind == "exec"]
+    cells = _exec_cells(notebook)
+    assert len(cells) == len(blocks)
+    for (block, output), cell in zip(blocks, cells):
+        if "timing" in block.options:
+            continue
+        assert _printed(cell) == output.text, f"{rel}:{block.start + 1}: the notebook printed something else"
+        images = [o for o in cell.outputs if o.output_type == "display_data" and any(k.startswith("image/") for k in o.data)]
+        assert len(images) == len(output.figures), f"{rel}:{block.start + 1}: figures differ"
+    for cell, want in examples:
+        got = _printed(cell) + "".join(o.data["text/plain"] for o in cell.outputs if o.output_type == "execute_result")
+        assert doctest.OutputChecker().check_output(want + "\n", got + "\n", DOCTEST_FLAGS), (cell.source, want, got)
+
+
+def _printed(cell: nbformat.NotebookNode) -> str:
+    return "".join(o.text for o in cell.outputs if o.output_type == "stream")
+
+
+def test_a_block_that_differs_in_the_kernel_is_caught(tmp_path):
+    """The comparison above can fail: a block whose output depends on where it runs."""
+    (tmp_path / "docs").mkdir()
+    page = "```python exec\nimport os\nprint(os.getpid())\n```\n"
+    result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
+    notebook = to_notebook(parse_page(page, "docs/p.md"), result.outputs)
+    _run(notebook, tmp_path / "docs")
+    (cell,) = _exec_cells(notebook)
+    assert _printed(cell) != result.outputs[0][0].text
