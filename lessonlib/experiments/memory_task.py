@@ -38,7 +38,6 @@ process per core. scripts/bench_memory_task.py measures each of these against a 
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -48,7 +47,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.models.batched_rnn import BatchedRNNClassifier
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import cpus, one_cpu_thread
 from lessonlib.models.gru import open_update_gate
 from lessonlib.models.lstm import open_forget_gate
 from lessonlib.models.transformer import Transformer
@@ -271,7 +270,7 @@ def sweep(
     """
     device = torch.device(device)
     if workers is None:
-        workers = 1 if device.type != "cpu" else os.cpu_count() or 1
+        workers = 1 if device.type != "cpu" else cpus()  # this page's share when pages run side by side
     jobs = []  # (model, length, the seeds that train together)
     for m in models:
         for L in lengths:
