@@ -156,3 +156,48 @@ def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usa
     (site / "docs/good.md").write_text(slow)
     after = lessonlib_cli(site, "run", "docs/good.md")
     assert after.returncode == 0 and "from cache" in after.stderr
+
+
+def test_a_warm_build_does_not_import_torch(tmp_path):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    assert build(site).returncode == 0
+    probe = ("import sys\nfrom mkdocs.__main__ import cli\ntry:\n    cli(['build', '--strict'])\nexcept SystemExit as e:\n"
+             "    assert not e.code, e.code\nprint('torch imported:', 'torch' in sys.modules)\n")
+    warm = command([sys.executable, "-c", probe], site)
+    assert "docs/good.md: from cache" in warm.stderr
+    assert "torch imported: False" in warm.stdout, warm.stdout + warm.stderr
+
+
+def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes(tmp_path):
+    import socket
+    import urllib.request
+
+    page = "```python exec\nvalue = open('../data/value.txt').read().strip()\n```\n\nThe value is `{py} value`.\n"
+    site = make_site(tmp_path, {"index.md": "# Home\n", "reads.md": page})
+    (site / "data").mkdir()
+    (site / "data" / "value.txt").write_text("first\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def page_shows(text: str) -> bool:
+        for _ in range(1200):  # waits for what it checks; the bound only stops a hung test
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/reads/", timeout=5) as response:
+                    if text in response.read().decode():
+                        return True
+            except OSError:
+                pass
+            time.sleep(0.1)
+        return False
+
+    try:
+        assert page_shows("The value is first.")
+        (site / "data" / "value.txt").write_text("second\n")
+        assert page_shows("The value is second.")
+    finally:
+        server.terminate()
+        server.wait()
