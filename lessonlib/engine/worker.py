@@ -35,7 +35,7 @@ class PageJob:
     cache_dir: str | None  # memoized results live under it (never recorded as an input)
     refresh: bool  # run memoized calls again too
     output_limit: int  # bytes per block
-    cpus: int  # this page's share of the machine (torch threads, LESSONLIB_CPUS)
+    cpus: int  # this page's share of the machine, for the processes it starts (LESSONLIB_CPUS)
     stack_file: str  # where the worker writes its Python stack on a crash or when asked
     environment: str  # the environment fingerprint, for memo keys
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
@@ -75,7 +75,9 @@ def _run(conn: Connection, job: PageJob) -> tuple:
     from lessonlib.engine.memo import MemoStore, memo_store
     from lessonlib.engine.session import Session
 
-    torch.set_num_threads(job.cpus)
+    # One torch thread whatever the share: a sum split over 2 threads can round differently from
+    # one over 1, and a page must print the same bytes however many pages run beside it.
+    torch.set_num_threads(1)
     page = parse_page(job.text, job.path)
     cache = [Path(job.cache_dir)] if job.cache_dir else []
     recorder = Recorder([Path(r) for r in job.source_roots], cache, code_files={job.path})
