@@ -1,0 +1,264 @@
+"""Support code for the exercise notebook docs/lessons/exercise-transformer.ipynb.
+
+The reader writes four functions (a `Parts`):
+
+    causal_mask(L) -> (L, L) bool, True where query i may attend to key j, that is j <= i
+    masked_attention(q, k, v, mask) -> (context, weights)
+        q, k, v (..., L, d); mask broadcastable to (..., L, L), True: may attend
+        weights = softmax((q @ k^T / sqrt(d)) with -inf where ~mask), context = weights @ v
+    split_heads(x, heads)  (B, L, d) -> (B, heads, L, d / heads), head h = features h*d/heads ...
+    merge_heads(x)         (B, heads, L, d_head) -> (B, L, heads * d_head), the inverse
+
+`check_mask`, `check_attention` and `check_heads` compare each with lessonlib's reference
+(lessonlib.models.multihead, lessonlib.models.attention) and say in plain words what is wrong;
+`check_assembled` runs all four as multi-head self-attention against nn.MultiheadAttention.
+The `diagnose_*` functions return the message (None when all is well), for tests.
+`train(parts, causal=...)` trains the lesson's Caesar model (lessonlib.experiments.caesar) with
+the reader's functions inside every block.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from lessonlib.exercises.attention import AttentionCheckError
+from lessonlib.experiments import caesar
+from lessonlib.models.attention import dot_product_attention
+from lessonlib.models.multihead import MultiHeadAttention, causal_mask, merge_heads, split_heads
+
+
+class Parts(NamedTuple):
+    causal_mask: Callable[[int], Tensor]
+    masked_attention: Callable[[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]
+    split_heads: Callable[[Tensor, int], Tensor]
+    merge_heads: Callable[[Tensor], Tensor]
+
+
+REFERENCE = Parts(causal_mask, lambda q, k, v, mask: dot_product_attention(q, k, v, mask=mask),
+                  split_heads, merge_heads)
+STUB = "is still the stub: replace `raise NotImplementedError` with your code."
+
+
+def _run(name: str, fn: Callable, *args: object) -> tuple[object, str | None]:
+    """fn(*args), or a one-line message saying how it failed."""
+    try:
+        return fn(*args), None
+    except NotImplementedError:
+        return None, f"{name}() {STUB}"
+    except Exception as e:  # the reader's bug, reported in one line
+        shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, Tensor) else repr(a) for a in args)
+        return None, f"{name}() raised {type(e).__name__}: {e}. It was called with {shapes}."
+
+
+def _close(a: Tensor, b: Tensor) -> bool:
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=1e-6, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- the causal mask
+
+def diagnose_mask(causal_mask_fn: Callable[[int], Tensor]) -> str | None:
+    for L in (5, 1, 8):
+        mask, problem = _run("causal_mask", causal_mask_fn, L)
+        if problem:
+            return problem
+        want = causal_mask(L)
+        if not isinstance(mask, Tensor):
+            return f"causal_mask({L}) must return a tensor, not {type(mask).__name__}."
+        if mask.shape != want.shape:
+            return f"causal_mask({L}) should have shape {tuple(want.shape)} = (L, L), not {tuple(mask.shape)}."
+        if mask.dtype != torch.bool:
+            return (f"causal_mask must be boolean (True: may attend), not {mask.dtype}: "
+                    f"torch.ones(L, L, dtype=torch.bool).tril() is one way.")
+        if torch.equal(mask, want):
+            continue
+        if torch.equal(mask, ~want):
+            return ("your mask is inverted: it is True above the diagonal (the future) and False on "
+                    "and below it. True must mean 'may attend': query i sees keys j <= i.")
+        if torch.equal(mask, want & ~torch.eye(L, dtype=torch.bool)):
+            return ("your mask hides the diagonal: a position must see itself, or position 0 sees "
+                    "nothing at all and its softmax is NaN. Use .tril() (diagonal 0), not .tril(-1).")
+        if torch.equal(mask, want.T):
+            return "your mask is transposed: row i is query i, and it may see keys j <= i (lower triangle)."
+        return f"causal_mask({L}) should be the lower triangle, diagonal included:\n{want.int()}\nyours:\n{mask.int()}"
+    return None
+
+
+# ----------------------------------------------------------------------------- masked attention
+
+def _attention_inputs(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=g, dtype=torch.float64) for _ in range(3))  # (B, heads, L, d)
+    mask = causal_mask(6).clone()
+    mask[4, 1] = False  # not only the causal pattern: the function must follow the mask it is given
+    return q, k, v, mask
+
+
+def diagnose_attention(masked_attention: Callable) -> str | None:
+    q, k, v, mask = _attention_inputs(0)
+    out, problem = _run("masked_attention", masked_attention, q.clone(), k.clone(), v.clone(), mask.clone())
+    if problem:
+        return problem
+    if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
+        return "masked_attention() must return two tensors, (context, weights)."
+    context, weights = out
+    want_c, want_w = dot_product_attention(q, k, v, mask=mask)
+    if weights.shape != want_w.shape or context.shape != want_c.shape:
+        return (f"for q, k, v of shape {tuple(q.shape)} = (B, heads, L, d), weights should be "
+                f"{tuple(want_w.shape)} and context {tuple(want_c.shape)}; yours are "
+                f"{tuple(weights.shape)} and {tuple(context.shape)}.")
+    w = weights.detach()
+    if torch.isnan(w).any():
+        return ("weights contain NaN: some row has no key left to attend to. Did you hide the "
+                "allowed positions? mask is True where attending is allowed: fill the scores where ~mask.")
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if _close(w, scores.softmax(-1) * mask):
+        return ("you applied the mask after the softmax: the hidden weights are 0, but the rows no "
+                "longer sum to 1, so each position reads a shrunken mix. Fill the scores with "
+                "float('-inf') where ~mask before the softmax.")
+    if _close(w, scores.softmax(-1)):
+        return "the mask is ignored: hidden positions still get weight. Fill their scores with float('-inf')."
+    if _close(w, scores.masked_fill(~mask, 0.0).softmax(-1)):
+        return ("a score of 0 does not hide a position: exp(0) = 1, so it keeps weight. Fill hidden "
+                "scores with float('-inf'), whose exp is exactly 0.")
+    if _close(w, (q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf")).softmax(-1)):
+        return f"missing scaling: divide the scores by sqrt(d) = {math.sqrt(q.shape[-1]):g} before the softmax."
+    if _close(w, dot_product_attention(q, k, v, causal=True)[1]):
+        return ("your function builds its own causal mask instead of using the `mask` argument: "
+                "use the mask it is given (masks are not always causal; padding is one example).")
+    if not _close(w, want_w):
+        return f"weights differ from the masked softmax by up to {(w - want_w).abs().max().item():.3g}."
+    if not _close(context.detach(), want_c):
+        return "the weights are right, but context is not weights @ v."
+    qg = q.clone().requires_grad_()
+    out, problem = _run("masked_attention", masked_attention, qg, k, v, mask)
+    if problem:
+        return problem
+    if not out[0].requires_grad:
+        return "context carries no gradient: do not detach or use torch.no_grad(); the model learns through it."
+    return None
+
+
+# ----------------------------------------------------------------------------- heads
+
+def diagnose_heads(split_heads_fn: Callable[[Tensor, int], Tensor],
+                   merge_heads_fn: Callable[[Tensor], Tensor]) -> str | None:
+    B, L, d, heads = 2, 5, 12, 3
+    x = torch.arange(B * L * d, dtype=torch.float64).view(B, L, d)  # every number tells where it came from
+    split, problem = _run("split_heads", split_heads_fn, x.clone(), heads)
+    if problem:
+        return problem
+    want = split_heads(x, heads)
+    if not isinstance(split, Tensor) or split.shape != want.shape:
+        got = tuple(split.shape) if isinstance(split, Tensor) else type(split).__name__
+        if got == (B, L, heads, d // heads):
+            return (f"split_heads returns {got} = (B, L, heads, d_head): move the heads axis in "
+                    f"front of the positions with .transpose(1, 2), to {tuple(want.shape)}.")
+        return f"split_heads(x, {heads}) for x of shape {(B, L, d)} should return {tuple(want.shape)} = (B, heads, L, d/heads), not {got}."
+    if not torch.equal(split, want):
+        if torch.equal(split, x.view(B, L, d // heads, heads).permute(0, 3, 1, 2)):
+            return ("split_heads deals the features out like cards (head 0 gets features 0, 3, 6, ...); "
+                    "each head must get a contiguous block: view(B, L, heads, d // heads).")
+        if torch.equal(split, x.reshape(B, heads, L, d // heads)):
+            return ("split_heads reshapes straight to (B, heads, L, d_head), which cuts across positions: "
+                    "a head then mixes numbers of different positions. view(B, L, heads, d_head) first, "
+                    "then transpose(1, 2).")
+        return "split_heads has the right shape but puts the wrong numbers in each head: head h must hold features h*d_head to (h+1)*d_head - 1."
+
+    merged, problem = _run("merge_heads", merge_heads_fn, want.clone())
+    if problem:
+        return problem
+    if not isinstance(merged, Tensor) or merged.shape != x.shape:
+        got = tuple(merged.shape) if isinstance(merged, Tensor) else type(merged).__name__
+        return f"merge_heads should return {tuple(x.shape)} = (B, L, heads * d_head), not {got}."
+    if not torch.equal(merged, x):
+        if torch.equal(merged, want.permute(0, 2, 3, 1).reshape(B, L, d)):
+            return ("merge_heads is transposed: it interleaves the heads' features (feature 0 of "
+                    "every head, then feature 1, ...) instead of putting head 0's block first. "
+                    "Use transpose(1, 2), so the axes are (B, L, heads, d_head), then reshape.")
+        if torch.equal(merged, want.reshape(B, L, d)):
+            return ("merge_heads reshapes (B, heads, L, d_head) straight to (B, L, d), which mixes "
+                    "positions: transpose(1, 2) first, so the heads sit next to their features.")
+        return "merge_heads(split_heads(x)) must give back x; yours rearranges the numbers."
+    return None
+
+
+# ----------------------------------------------------------------------------- all four together
+
+class ReaderAttention(nn.Module):
+    """Multi-head self-attention computed with the reader's parts, on the weights of `layer`."""
+
+    def __init__(self, layer: MultiHeadAttention, parts: Parts) -> None:
+        super().__init__()
+        self.layer, self.parts = layer, parts
+
+    def forward(self, x: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None,
+                cache: object = None, need_weights: bool = False) -> tuple[Tensor, Tensor]:
+        if key_padding_mask is not None or cache is not None:
+            raise ValueError("the exercise's attention takes no padding mask and no cache")
+        p, layer, L = self.parts, self.layer, x.shape[1]
+        q, k, v = F.linear(x, layer.in_proj_weight, layer.in_proj_bias).chunk(3, dim=-1)  # (B, L, d) each
+        q, k, v = (p.split_heads(t, layer.heads) for t in (q, k, v))  # (B, heads, L, d_head)
+        mask = p.causal_mask(L) if causal else torch.ones(L, L, dtype=torch.bool)
+        context, weights = p.masked_attention(q, k, v, mask.to(x.device))
+        return layer.out_proj(p.merge_heads(context)), weights
+
+
+def diagnose_assembled(parts: Parts) -> str | None:
+    """All four parts as causal multi-head self-attention, against nn.MultiheadAttention."""
+    for problem in (diagnose_mask(parts.causal_mask), diagnose_attention(parts.masked_attention),
+                    diagnose_heads(parts.split_heads, parts.merge_heads)):
+        if problem:
+            return problem
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(16, 4, batch_first=True, dtype=torch.float64)
+    layer = MultiHeadAttention(16, 4, dtype=torch.float64)
+    layer.load_state_dict(ref.state_dict())
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    out, _ = ReaderAttention(layer, parts)(x, causal=True)
+    want, _ = ref(x, x, x, attn_mask=~causal_mask(7))
+    if not _close(out.detach(), want.detach()):
+        return f"each part passes, but together they differ from nn.MultiheadAttention by {(out - want).abs().max().item():.3g}."
+    return None
+
+
+def _check(problem: str | None, success: str) -> None:
+    if problem:
+        raise AttentionCheckError(problem)
+    print(f"✓ {success}")
+
+
+def check_mask(causal_mask_fn: Callable[[int], Tensor]) -> None:
+    _check(diagnose_mask(causal_mask_fn), "causal_mask is the lower triangle, diagonal included.")
+
+
+def check_attention(masked_attention: Callable) -> None:
+    _check(diagnose_attention(masked_attention),
+           "masked_attention matches the reference: mask before the softmax, scaling, context, gradient.")
+
+
+def check_heads(split_heads_fn: Callable, merge_heads_fn: Callable) -> None:
+    _check(diagnose_heads(split_heads_fn, merge_heads_fn),
+           "split_heads gives each head a contiguous block of features, and merge_heads undoes it.")
+
+
+def check_assembled(parts: Parts) -> None:
+    _check(diagnose_assembled(parts),
+           "your four functions, assembled, compute the same as torch's nn.MultiheadAttention (causal).")
+
+
+# ----------------------------------------------------------------------------- training
+
+def train(parts: Parts, *, causal: bool, seed: int = 1, steps: int = 600) -> caesar.Trained:
+    """The lesson's Caesar model, with the reader's parts in every block, with or without the mask.
+    A shorter budget than the lesson's; the same seed gives the same weights and batches either way."""
+    protocol = caesar.CaesarProtocol(steps=steps)
+
+    def use_parts(layer: MultiHeadAttention) -> nn.Module:
+        return ReaderAttention(layer, parts)
+
+    return caesar.train(causal, seed, protocol, progress=False, attention=use_parts)

@@ -1,0 +1,254 @@
+"""The exercise notebook docs/lessons/exercise-transformer.ipynb, executed as a reader would run it.
+
+With the published solutions pasted into the reader's cells, the notebook must run from top to
+bottom and show the leak (lower training loss, worse ciphertexts without the mask); with a
+wrong answer, the checker cell after it must stop and name the mistake. The checker's messages
+are tested directly as well.
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from lessonlib.exercises import transformer as exercise
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-transformer.ipynb"
+PARTS = {"exercise-mask": "causal_mask", "exercise-attention": "masked_attention",
+         "exercise-heads": "split_heads and merge_heads"}
+
+
+def load() -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOK, as_version=4)
+
+
+def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
+    cells = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
+    assert len(cells) == 1, f"expected exactly one cell tagged {tag!r}, found {len(cells)}"
+    return cells[0]
+
+
+def solution_code(nb: nbformat.NotebookNode, part: str) -> str:
+    """The code of the collapsed <details><summary>Solution: part</summary> block."""
+    summary = f"<summary>Solution: {part}</summary>"
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and summary in cell.source:
+            match = re.search(r"```python\n(.*?)```", cell.source.split(summary, 1)[1], re.S)
+            assert match, f"the {summary} block has no ```python fence"
+            return match.group(1)
+    raise AssertionError(f"the notebook has no {summary} block")
+
+
+def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
+    """The notebook with every solution filled in; `replace` edits one part's solution: {tag: (old, new)}."""
+    nb = load()
+    for tag, part in PARTS.items():
+        code = solution_code(nb, part)
+        if replace and tag in replace:
+            old, new = replace[tag]
+            assert old in code, f"{old!r} is not in the solution of {part}"
+            code = code.replace(old, new)
+        tagged(nb, tag).source = code
+    return nb
+
+
+def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    # kernel "python3" is ipykernel's own spec; jupyter_client runs it with sys.executable
+    client = NotebookClient(nb, timeout=300, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
+    client.execute()
+    return nb
+
+
+def text(cell: nbformat.NotebookNode) -> str:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            out.append(o.text)
+        elif o.output_type in ("execute_result", "display_data"):
+            out.append(o.data.get("text/plain", ""))
+    return "".join(out)
+
+
+def namespace(nb: nbformat.NotebookNode) -> exercise.Parts:
+    """The four functions of a notebook's exercise cells, without running the notebook."""
+    ns: dict = {"torch": torch}
+    for tag in PARTS:
+        exec(tagged(nb, tag).source, ns)
+    return exercise.Parts(ns["causal_mask"], ns["masked_attention"], ns["split_heads"], ns["merge_heads"])
+
+
+# ----------------------------------------------------------------------------- the notebook as published
+
+def test_notebook_is_published_clean():
+    nb = load()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "clear the notebook's outputs"
+    for tag in PARTS:
+        assert "raise NotImplementedError" in tagged(nb, tag).source
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+def test_solution_runs_and_shows_the_leak():
+    nb = solved()
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    execute(nb)
+    assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
+    for tag in ("check-mask", "check-attention", "check-heads", "check-assembled"):
+        assert text(tagged(nb, tag)).startswith("✓"), tag
+    report = "".join(text(c) for c in nb.cells)
+    rows = {m.group(1): (float(m.group(2)), int(m.group(3))) for m in re.finditer(
+        r"(with(?:out)? the mask): training loss ([\d.]+), .*?ciphertexts written right (\d+)%", report)}
+    assert set(rows) == {"with the mask", "without the mask"}, report
+    (loss_with, right_with), (loss_without, right_without) = rows["with the mask"], rows["without the mask"]
+    assert loss_without < loss_with / 3, f"without the mask the training loss is lower:\n{report}"
+    assert right_with >= 95 and right_without <= 5, f"but only the masked model writes ciphertexts:\n{report}"
+
+
+def test_unsolved_notebook_stops_at_the_first_checker():
+    with pytest.raises(CellExecutionError) as info:
+        execute(load())
+    assert info.value.ename == "AttentionCheckError"
+    assert "causal_mask() is still the stub" in str(info.value)
+
+
+@pytest.mark.parametrize("tag, edit, expected", [
+    ("exercise-mask", (".tril()", ".tril(-1)"), "hides the diagonal"),
+    ("exercise-attention", ('''    scores = scores.masked_fill(~mask, float("-inf"))       # hidden keys: exp(-inf) = 0
+    weights = scores.softmax(dim=-1)                        # over the keys''',
+                            '''    weights = scores.softmax(dim=-1) * mask'''), "after the softmax"),
+    ("exercise-heads", ("x.transpose(1, 2).reshape", "x.permute(0, 2, 3, 1).reshape"), "merge_heads is transposed"),
+])
+def test_a_listed_mistake_stops_the_notebook_at_its_checker(tag, edit, expected):
+    with pytest.raises(CellExecutionError) as info:
+        execute(solved({tag: edit}))
+    assert info.value.ename == "AttentionCheckError"
+    assert expected in str(info.value)
+
+
+# ----------------------------------------------------------------------------- the checker
+
+def mask_tril(offset: int):
+    return lambda L: torch.ones(L, L, dtype=torch.bool).tril(offset)
+
+
+def stub(*_):
+    raise NotImplementedError
+
+
+def attention(post_softmax=False, fill=float("-inf"), scale=True, own_mask=False, ignore=False, detach=False):
+    def attend(q, k, v, mask):
+        scores = q @ k.transpose(-2, -1) / (q.shape[-1] ** 0.5 if scale else 1)
+        if own_mask:
+            mask = torch.ones(q.shape[-2], q.shape[-2], dtype=torch.bool).tril()
+        if post_softmax:
+            weights = scores.softmax(-1) * mask
+        else:
+            weights = (scores if ignore else scores.masked_fill(~mask, fill)).softmax(-1)
+        out = weights @ v
+        return (out.detach(), weights) if detach else (out, weights)
+    return attend
+
+
+def split(x, heads):
+    B, L, d = x.shape
+    return x.view(B, L, heads, d // heads).transpose(1, 2)
+
+
+def merge(x):
+    B, h, L, dh = x.shape
+    return x.transpose(1, 2).reshape(B, L, h * dh)
+
+
+MASK_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "hides the diagonal": (mask_tril(-1), "hides the diagonal"),
+    "inverted": (lambda L: ~torch.ones(L, L, dtype=torch.bool).tril(), "inverted"),
+    "transposed": (lambda L: torch.ones(L, L, dtype=torch.bool).triu(), "transposed"),
+    "float": (lambda L: torch.ones(L, L).tril(), "boolean"),
+    "wrong shape": (lambda L: torch.ones(L, dtype=torch.bool), "shape"),
+}
+ATTENTION_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "mask after the softmax": (attention(post_softmax=True), "after the softmax"),
+    "mask ignored": (attention(ignore=True), "ignored"),
+    "filled with 0": (attention(fill=0.0), "exp(0) = 1"),
+    "no scaling": (attention(scale=False), "missing scaling"),
+    "its own causal mask": (attention(own_mask=True), "instead of using the `mask` argument"),
+    "mask inverted in use": (lambda q, k, v, m: attention()(q, k, v, ~m), "NaN"),
+    "detached": (attention(detach=True), "no gradient"),
+}
+HEADS_MISTAKES = {
+    "stub": ((stub, merge), "still the stub"),
+    "transposed merge": ((split, lambda x: x.permute(0, 2, 3, 1).reshape(x.shape[0], x.shape[2], -1)),
+                         "merge_heads is transposed"),
+    "merge without transpose": ((split, lambda x: x.reshape(x.shape[0], x.shape[2], -1)), "mixes positions"),
+    "split without transpose": ((lambda x, h: x.view(*x.shape[:2], h, -1), merge), "transpose(1, 2)"),
+    "split dealt like cards": ((lambda x, h: x.view(*x.shape[:2], -1, h).permute(0, 3, 1, 2), merge),
+                               "like cards"),
+    "split across positions": ((lambda x, h: x.reshape(x.shape[0], h, x.shape[1], -1), merge),
+                               "cuts across positions"),
+}
+
+
+@pytest.mark.parametrize("name", MASK_MISTAKES)
+def test_mask_checker_names_the_mistake(name):
+    wrong, expected = MASK_MISTAKES[name]
+    problem = exercise.diagnose_mask(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+@pytest.mark.parametrize("name", ATTENTION_MISTAKES)
+def test_attention_checker_names_the_mistake(name):
+    wrong, expected = ATTENTION_MISTAKES[name]
+    problem = exercise.diagnose_attention(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+@pytest.mark.parametrize("name", HEADS_MISTAKES)
+def test_heads_checker_names_the_mistake(name):
+    (split_fn, merge_fn), expected = HEADS_MISTAKES[name]
+    problem = exercise.diagnose_heads(split_fn, merge_fn)
+    assert problem is not None and expected in problem, problem
+
+
+def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
+    for parts in (exercise.REFERENCE, namespace(solved())):
+        assert exercise.diagnose_mask(parts.causal_mask) is None
+        assert exercise.diagnose_attention(parts.masked_attention) is None
+        assert exercise.diagnose_heads(parts.split_heads, parts.merge_heads) is None
+        assert exercise.diagnose_assembled(parts) is None
+    exercise.check_assembled(exercise.REFERENCE)
+    assert capsys.readouterr().out.startswith("✓")
+
+
+def test_assembled_check_reports_the_first_wrong_part():
+    parts = exercise.REFERENCE._replace(causal_mask=mask_tril(-1))
+    assert "hides the diagonal" in exercise.diagnose_assembled(parts)
+
+
+def test_check_raises_with_plain_message():
+    with pytest.raises(exercise.AttentionCheckError, match="hides the diagonal"):
+        exercise.check_mask(mask_tril(-1))
+
+
+def test_train_uses_the_readers_functions():
+    calls = []
+
+    def spy(q, k, v, mask):
+        calls.append(mask.clone())
+        return exercise.REFERENCE.masked_attention(q, k, v, mask)
+
+    run = exercise.train(exercise.REFERENCE._replace(masked_attention=spy), causal=False, steps=2)
+    assert calls and all(m.all() for m in calls), "without the mask every position sees every other"
+    calls.clear()
+    exercise.train(exercise.REFERENCE._replace(masked_attention=spy), causal=True, steps=2)
+    assert calls and torch.equal(calls[0], exercise.REFERENCE.causal_mask(calls[0].shape[-1]))
+    assert len(run.losses) == 2
