@@ -207,7 +207,7 @@ def recurrence_vs_attention(n: int = 6) -> Figure:
     return fig
 
 
-SUMMARY_ROWS = ("recurrence (RNN)", "gates (LSTM, GRU)", "attention")
+SUMMARY_ROWS = ("recurrence (RNN)", "gates: LSTM", "gates: GRU", "attention")
 SUMMARY_COLUMNS = ("word order", "long-range learning", "fixed-size memory", "one step at a time")
 _VERDICT_STYLE = {  # verdict -> (fill, edge); the verdict is also written in the cell, so colour is never the only cue
     "solved": (LIGHT["green"], PALETTE["green"]),
@@ -219,10 +219,14 @@ SUMMARY_VERDICTS = {
     ("recurrence (RNN)", "long-range learning"): ("open", "gradient vanishes"),
     ("recurrence (RNN)", "fixed-size memory"): ("open", "one hidden state"),
     ("recurrence (RNN)", "one step at a time"): ("open", "each step waits"),
-    ("gates (LSTM, GRU)", "word order"): ("solved", "order changes the state"),
-    ("gates (LSTM, GRU)", "long-range learning"): ("partly", "if the forget gate\nstarts open"),
-    ("gates (LSTM, GRU)", "fixed-size memory"): ("open", "one hidden state"),
-    ("gates (LSTM, GRU)", "one step at a time"): ("open", "each step waits"),
+    ("gates: LSTM", "word order"): ("solved", "order changes the state"),
+    ("gates: LSTM", "long-range learning"): ("partly", "if the forget gate\nstarts open"),
+    ("gates: LSTM", "fixed-size memory"): ("open", "hidden and cell state"),
+    ("gates: LSTM", "one step at a time"): ("open", "each step waits"),
+    ("gates: GRU", "word order"): ("solved", "order changes the state"),
+    ("gates: GRU", "long-range learning"): ("partly", "if the update gate\nstarts near keep"),
+    ("gates: GRU", "fixed-size memory"): ("open", "one hidden state"),
+    ("gates: GRU", "one step at a time"): ("open", "each step waits"),
     ("attention", "word order"): ("partly", "needs position\ninformation"),
     ("attention", "long-range learning"): ("solved", "every position\none step away"),
     ("attention", "fixed-size memory"): ("solved", "a vector per position\n(cost: n\u00b2 scores)"),

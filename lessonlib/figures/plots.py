@@ -1,11 +1,14 @@
 """Shared styling for the measured plots of the sequences-to-attention lesson.
 
 One colour per model (Okabe-Ito, readable with every common colour-vision deficiency) and the
-three plots the lesson draws from measurements: gradient size against distance on a log scale,
-tanh with its slope, and accuracy against sequence length (mean line, faint per-seed dots).
+plots the lesson draws from measurements: gradient size against distance on a log scale (per
+model, or per spectral radius of the RNN's recurrent weight), tanh with its slope, accuracy
+against sequence length (mean line, faint per-seed dots), and a training run with and without
+gradient clipping (gradient norm and loss per step).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -46,17 +49,39 @@ def _axes(ax: Axes | None, figsize: tuple[float, float]) -> tuple[Figure, Axes]:
     return ax.figure, ax
 
 
-def gradient_plot(reaches: Mapping[str, torch.Tensor], ax: Axes | None = None) -> Figure:
-    """reaches {model: (L,) gradient size indexed by distance from the end} on a log y-axis."""
-    fig, ax = _axes(ax, (6.8, 3.8))
-    for name, reach in reaches.items():
-        distance = range(len(reach))
-        ax.semilogy(distance, reach.tolist(), color=MODEL_COLORS[name], label=MODEL_LABELS[name],
-                    marker=MODEL_MARKERS[name], markevery=10, linewidth=2)
+def _reach_curve(ax: Axes, reach: torch.Tensor, color: str, label: str, marker: str) -> None:
+    ax.semilogy(range(len(reach)), reach.tolist(), color=color, label=label, marker=marker, markevery=10,
+                linewidth=2)
+
+
+def _reach_axes(ax: Axes) -> None:
     ax.set_xlabel("distance from the end (steps back)")
     ax.set_ylabel("gradient size (log scale)")
     ax.grid(True, which="major", axis="y", alpha=0.3)
     ax.legend(frameon=False, loc="best")
+
+
+def gradient_plot(reaches: Mapping[str, torch.Tensor], ax: Axes | None = None) -> Figure:
+    """reaches {model: (L,) gradient size indexed by distance from the end} on a log y-axis."""
+    fig, ax = _axes(ax, (6.8, 3.8))
+    for name, reach in reaches.items():
+        _reach_curve(ax, reach, MODEL_COLORS[name], MODEL_LABELS[name], MODEL_MARKERS[name])
+    _reach_axes(ax)
+    return fig
+
+
+RADIUS_STYLES = ((PALETTE["blue"], "o"), (PALETTE["green"], "s"), (PALETTE["vermillion"], "^"))
+
+
+def radius_plot(reaches: Mapping[float, torch.Tensor], ax: Axes | None = None) -> Figure:
+    """reaches {spectral radius of the RNN's W_hh: (L,) gradient size by distance}, smallest
+    radius first, on a log y-axis: one curve per radius (at most len(RADIUS_STYLES))."""
+    if len(reaches) > len(RADIUS_STYLES):
+        raise ValueError(f"at most {len(RADIUS_STYLES)} radii, got {len(reaches)}")
+    fig, ax = _axes(ax, (6.8, 3.8))
+    for (radius, reach), (color, marker) in zip(sorted(reaches.items()), RADIUS_STYLES):
+        _reach_curve(ax, reach, color, f"RNN, spectral radius of $W_h$ {radius:.2f}", marker)
+    _reach_axes(ax)
     return fig
 
 
@@ -108,4 +133,33 @@ def accuracy_plot(
     ax.set_ylabel("validation accuracy")
     ax.set_ylim(0.35, 1.05)
     ax.legend(frameon=False, loc="center right")
+    return fig
+
+
+CLIP_COLORS = (PALETTE["vermillion"], PALETTE["blue"])
+
+
+def clipping_plot(traces: Mapping[str, tuple[torch.Tensor, torch.Tensor]], clip: float) -> Figure:
+    """traces {label: (loss (steps, M), gradient norm (steps, M))}, at most two runs of M seeds each.
+
+    Left: the gradient norm before clipping at every step, log scale, with the clipping threshold
+    dotted. Right: the training loss, log scale, with the loss of guessing (ln 2) dotted. One thin
+    line per seed and a thick line through the median over seeds.
+    """
+    if len(traces) > len(CLIP_COLORS):
+        raise ValueError(f"at most {len(CLIP_COLORS)} runs, got {len(traces)}")
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
+    for (label, (loss, norm)), color in zip(traces.items(), CLIP_COLORS):
+        for ax, values in ((left, norm), (right, loss)):
+            steps = range(1, len(values) + 1)
+            ax.plot(steps, values, color=color, linewidth=0.6, alpha=0.35)
+            ax.plot(steps, values.median(1).values, color=color, linewidth=2, label=label)
+    left.axhline(clip, color=PALETTE["grey"], linestyle=":", linewidth=1.5, label="clipping threshold")
+    right.axhline(math.log(2), color=PALETTE["grey"], linestyle=":", linewidth=1.5, label="loss of guessing")
+    for ax, title in ((left, "gradient norm before clipping"), (right, "training loss")):
+        ax.set_yscale("log")
+        ax.set_xlabel("training step")
+        ax.set_title(title)
+        ax.legend(frameon=False, loc="center right")
+    fig.tight_layout()
     return fig
