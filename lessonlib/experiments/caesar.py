@@ -23,7 +23,6 @@ digit (n + 1 positions back), which makes it a small, readable case for two atte
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ from joblib import Parallel, delayed
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import cpus, one_cpu_thread
 from lessonlib.models.multihead import MultiHeadAttention
 from lessonlib.models.transformer import TokenModel
 from lessonlib.progress import progress as progress_bar
@@ -116,11 +115,11 @@ def train(causal: bool, seed: int = 0, protocol: CaesarProtocol = PROTOCOL, devi
 def train_both(seed: int = 0, protocol: CaesarProtocol = PROTOCOL, device: Device = "cpu",
                workers: int | None = None) -> dict[str, Trained]:
     """{"masked": ..., "unmasked": ...}: train() with and without the mask. On a CPU the two run
-    side by side in `workers` processes (default: one per core, at most two); the results do not
+    side by side in `workers` processes (default: one per core of the page's share, at most two); the results do not
     depend on it."""
     device = torch.device(device)
     if workers is None:
-        workers = 1 if device.type != "cpu" else min(2, os.cpu_count() or 1)
+        workers = 1 if device.type != "cpu" else min(2, cpus())  # this page's share of the cores
     runs = Parallel(n_jobs=workers)(
         delayed(train)(causal, seed, protocol, str(device), progress=False) for causal in (True, False))
     return dict(zip(("masked", "unmasked"), runs))
