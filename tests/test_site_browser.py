@@ -1,18 +1,26 @@
 """The built site in a real browser (Debian's Chromium driven by Playwright), as readers see it.
 
-The site is built once (the lesson pages ran earlier in the same test run, so the build is warm),
-served on 127.0.0.1, and every page is checked for what a reader needs: no errors, no request to
-any other host, images with alt text, rendered math, legible dark mode, no sideways scrolling on
-a phone. Screenshots land in test-artifacts/screenshots/.
+The site is built once per test process, after the lesson pages of the same run have finished
+(so the build reads them from the cache), served on 127.0.0.1, and every page is checked for
+what a reader needs: no errors, no request to any other host, images with alt text, rendered
+math, no serious accessibility problem in either palette (axe-core), no sideways scrolling.
+Screenshots land in test-artifacts/screenshots/.
+
+No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
+theirs: <html data-lessonlib-ready="/path/"> (docs/javascripts/a11y.js, on every page view,
+instant navigation included) and data-walkthrough-ready on each walkthrough widget.
 """
 from __future__ import annotations
 
 import functools
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -23,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
 PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
+SCHEMES = {"light": "default", "dark": "slate"}  # the reader's preference -> Material's palette
+TIMEOUT_MS = 60_000  # for any state to arrive, on a loaded machine
 
 pytestmark = pytest.mark.skipif(
     not CHROMIUM.exists(), reason="no Chromium at /usr/bin/chromium (./scripts/test installs Debian's chromium)"
@@ -30,7 +40,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def site_pages() -> list[str]:
-    """Every page of the site, as the URL path MkDocs gives it."""
+    """Every page of the site, as the URL path MkDocs gives it, from the sources (collected
+    before anything is built; test_the_built_site_has_exactly_these_pages holds it to the build)."""
     docs = ROOT / "docs"
     pages = []
     for path in sorted([*docs.rglob("*.md"), *docs.rglob("*.ipynb")]):
@@ -39,22 +50,37 @@ def site_pages() -> list[str]:
     return pages
 
 
+@dataclass(frozen=True)
+class Site:
+    path: Path  # the built site
+    url: str  # where it is served
+
+
 @pytest.fixture(scope="session")
-def base_url(tmp_path_factory):
-    """Serve the built site on a free port of 127.0.0.1; the build is told that address, since
-    Material's instant navigation only follows links under site_url."""
-    site = tmp_path_factory.mktemp("site")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(site)))
+def site(tmp_path_factory, lesson_pages) -> Site:
+    """The site, built after the run's lesson pages have finished (they are in the cache then)
+    and served on a free port of 127.0.0.1; the build is told that address, since Material's
+    instant navigation only follows links under site_url."""
+    unfinished = lesson_pages.wait(timeout=1800)
+    if unfinished:
+        warnings.warn(f"lesson pages unfinished after 30 min, the site build runs them itself: {unfinished}")
+    path = tmp_path_factory.mktemp("site")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(path)))
     url = f"http://127.0.0.1:{server.server_port}/"
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
     build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(path)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
     )
     assert build.returncode == 0, build.stderr
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield url
+    yield Site(path, url)
     server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def base_url(site) -> str:
+    return site.url
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -76,11 +102,16 @@ def browser():
         browser.close()
 
 
+READY = """path => document.documentElement.dataset.lessonlibReady === path
+    && [...document.querySelectorAll('.lstm-walkthrough')].every(w => w.dataset.walkthroughReady)"""
+
+
 class Reader:
     """One browser tab that records console errors and every host it contacts."""
 
     def __init__(self, browser, viewport=DESKTOP, **context_options) -> None:
         self.context = browser.new_context(viewport=viewport, **context_options)
+        self.context.set_default_timeout(TIMEOUT_MS)
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.hosts: set[str] = set()
@@ -89,8 +120,15 @@ class Reader:
         self.page.on("request", lambda r: self.hosts.add(urlparse(r.url).hostname or urlparse(r.url).scheme))
 
     def open(self, url: str):
-        self.page.goto(url, wait_until="networkidle")
+        """Go to `url` and wait until the page's scripts have set it up (not merely loaded it)."""
+        self.page.goto(url)
+        self.wait_ready()
         return self.page
+
+    def wait_ready(self) -> None:
+        """The page on view (after instant navigation too) is set up: a11y.js and every
+        walkthrough widget have marked it."""
+        self.page.wait_for_function(READY, arg=urlparse(self.page.url).path)
 
     def close(self) -> None:
         self.context.close()
@@ -101,6 +139,37 @@ def reader(browser):
     reader = Reader(browser)
     yield reader
     reader.close()
+
+
+def serious_violations(page) -> list[str]:
+    """axe-core's violations of impact serious or critical on the page as it is now, one line each."""
+    from axe_playwright_python.sync_playwright import Axe
+
+    results = Axe().run(page).response
+    lines = []
+    for v in results["violations"]:
+        if v["impact"] in ("serious", "critical"):
+            where = "; ".join(" ".join(n["target"]) for n in v["nodes"][:3])
+            summary = v["nodes"][0].get("failureSummary", "").replace("\n", " ")
+            lines.append(f"{v['impact']} {v['id']} ({len(v['nodes'])}x): {v['help']} | {where} | {summary}")
+    return lines
+
+
+def open_every_details(page) -> None:
+    """Open every collapsed <details> and wait until a11y.js has re-checked what now scrolls."""
+    checks = int(page.get_attribute("html", "data-lessonlib-checks"))
+    opened = page.evaluate("() => [...document.querySelectorAll('article details:not([open])')]"
+                           ".map(d => d.open = true).length")
+    if opened:
+        page.wait_for_function(f"() => +document.documentElement.dataset.lessonlibChecks >= {checks + opened}")
+
+
+def test_the_built_site_has_exactly_these_pages(site):
+    built = sorted(
+        "" if p.parent == site.path else p.parent.relative_to(site.path).as_posix() + "/"
+        for p in site.path.rglob("index.html")
+    )
+    assert built == sorted(site_pages())
 
 
 @pytest.mark.parametrize("path", site_pages())
@@ -121,8 +190,8 @@ def test_every_page_reads_well(reader, base_url, path):
     for raw in ("\\(", "\\[", "$$", "\\frac", "\\tanh"):
         assert raw not in text, f"raw TeX {raw!r} is visible"
 
-    page.click("[data-md-component=palette] label:not([hidden])")
-    assert page.get_attribute("body", "data-md-color-scheme") == "slate"
+    page.click("[data-md-component=palette] label:not([hidden])")  # the reader's own switch
+    page.wait_for_selector("body[data-md-color-scheme=slate]")
     filters = page.eval_on_selector_all(".lessonlib-figure img", "els => els.map(e => getComputedStyle(e).filter)")
     assert all(f != "none" for f in filters), "a figure is not restyled for the dark palette"
 
@@ -130,17 +199,34 @@ def test_every_page_reads_well(reader, base_url, path):
     assert reader.hosts <= {"127.0.0.1", "data"}, f"requests beyond this site: {reader.hosts}"
 
 
+@pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("path", site_pages())
-def test_screenshots_and_no_sideways_scrolling_on_a_phone(browser, base_url, path):
+def test_no_serious_accessibility_violations(browser, base_url, path, scheme):
+    # The palette follows the reader's system preference (mkdocs.yml), emulated here.
+    reader = Reader(browser, color_scheme=scheme)
+    page = reader.open(base_url + path)
+    assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme]
+    open_every_details(page)  # the answers too
+    assert not (violations := serious_violations(page)), "\n".join(violations)
+    reader.close()
+
+
+@pytest.mark.parametrize("path", site_pages())
+def test_fits_a_phone_and_a_desktop(browser, base_url, path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     name = path.strip("/").replace("/", "-") or "home"
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
         reader = Reader(browser, viewport=viewport)
         page = reader.open(base_url + path)
+        heading = page.locator("article h1").first
+        assert heading.is_visible(), f"{path}: no visible main heading on a {label}"
+        box = heading.bounding_box()
+        assert 0 <= box["x"] and box["x"] + box["width"] <= viewport["width"], f"{path}: heading cut off: {box}"
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= viewport["width"], f"{path} scrolls sideways on a {label}: {width}px wide"
+        if label == "phone":  # narrow: wide math and code now scroll in their own boxes
+            assert not (violations := serious_violations(page)), "\n".join(violations)
         page.screenshot(path=str(ARTIFACTS / f"{name}-{label}.png"), full_page=True)
-        if label == "phone":
-            width = page.evaluate("document.documentElement.scrollWidth")
-            assert width <= viewport["width"], f"{path} scrolls sideways on a phone: {width}px wide"
         reader.close()
 
 
@@ -157,32 +243,30 @@ def test_every_notebook_download_is_a_valid_notebook(reader, base_url):
 
 
 def test_search_finds_the_forget_gate(reader, base_url):
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-
     page = reader.open(base_url)
-    # The index loads in a web worker; a query typed before it is ready finds nothing, so retype.
-    for _ in range(20):
-        page.fill("input.md-search__input", "")
-        page.locator("input.md-search__input").press_sequentially("forget gate", delay=20)
-        try:
-            page.wait_for_selector(".md-search-result__item", timeout=1500)
-            break
-        except PlaywrightTimeout:
-            continue
-    results = page.inner_text(".md-search-result")
-    assert "forget gate" in results.lower()
+    # The index loads in a web worker; until then the result panel says "Initializing search".
+    page.wait_for_function(
+        "() => { const m = document.querySelector('.md-search-result__meta');"
+        " return m && m.textContent.trim() && !/initializing/i.test(m.textContent); }"
+    )
+    page.locator("input.md-search__input").press_sequentially("forget gate")  # keystrokes, as Material listens
+    page.wait_for_selector(".md-search-result__item")
+    assert "forget gate" in page.inner_text(".md-search-result").lower()
 
 
 def test_knowledge_check_answers_stay_hidden_until_asked(reader, base_url):
-    page = reader.open(base_url + "lessons/sequence-models/")
-    questions = page.locator("details.question")
-    assert questions.count() == 4
-    for i in range(4):
-        question = questions.nth(i)
-        answer = question.locator(":scope > :not(summary)").first
-        assert question.get_attribute("open") is None and not answer.is_visible()
-        question.locator("summary").click()
-        assert answer.is_visible()
+    asked = 0
+    for path in site_pages():
+        page = reader.open(base_url + path)
+        questions = page.locator("details.question")
+        for i in range(questions.count()):
+            question = questions.nth(i)
+            answer = question.locator(":scope > :not(summary)").first
+            assert question.get_attribute("open") is None and not answer.is_visible(), (path, i)
+            question.locator("summary").click()
+            answer.wait_for(state="visible")
+            asked += 1
+    assert asked >= 4, "the lessons have knowledge checks"
 
 
 WALKTHROUGH = "lessons/sequences-to-attention/"
@@ -206,19 +290,32 @@ def assert_matches_table(state: dict) -> None:
     assert state["plugged"] == plugged and state["result"] == result, state
 
 
+def expect_step(page, n: int) -> dict:
+    """Wait for the widget to show step n (a handler's update may land after the event), then its state."""
+    from playwright.sync_api import expect
+
+    expect(page.locator(".lstm-walkthrough__status")).to_have_text(re.compile(rf"^Step {n} of "))
+    return walkthrough_state(page)
+
+
+PLAY_INTERVAL_MS = 2500  # docs/javascripts/walkthrough.js
+
+
 def test_walkthrough_starts_paused_and_steps_by_mouse_and_keyboard_alone(reader, base_url):
-    page = reader.open(base_url + WALKTHROUGH)
+    page = reader.page
+    page.clock.install()  # the page's timers run on a clock this test moves, not on the wall clock
+    reader.open(base_url + WALKTHROUGH)
     first = walkthrough_state(page)
     assert first["status"].startswith("Step 1 of ") and first["play"] == "Play"
-    page.wait_for_timeout(3000)
+    page.clock.run_for(3 * PLAY_INTERVAL_MS)
     assert walkthrough_state(page)["status"] == first["status"], "it must not play by itself"
     assert_matches_table(first)
     total = int(first["status"].split(" of ")[1].split(":")[0])
 
     page.click(".lstm-walkthrough button[data-action=next]")
-    assert walkthrough_state(page)["status"].startswith("Step 2 of ")
+    expect_step(page, 2)
     page.click(".lstm-walkthrough button[data-action=previous]")
-    assert walkthrough_state(page)["status"].startswith("Step 1 of ")
+    expect_step(page, 1)
 
     # Keyboard alone: Tab from the top of the page to the Next button, then Enter, Space and arrows.
     page.evaluate("document.activeElement && document.activeElement.blur()")
@@ -230,9 +327,14 @@ def test_walkthrough_starts_paused_and_steps_by_mouse_and_keyboard_alone(reader,
         pytest.fail("the Next button cannot be reached with Tab")
     for n, key in enumerate(["Enter", " ", "ArrowRight"], start=2):
         page.keyboard.press(key)
-        state = walkthrough_state(page)
-        assert state["status"].startswith(f"Step {min(n, total)} of "), (key, state)
-        assert_matches_table(state)
+        assert_matches_table(expect_step(page, min(n, total)))
+
+    # Play does advance on the same clock: the check above could have seen autoplay.
+    page.click(".lstm-walkthrough button[data-action=previous]")
+    page.click(".lstm-walkthrough button[data-action=play]")
+    page.clock.run_for(PLAY_INTERVAL_MS)
+    assert walkthrough_state(page)["play"] == "Pause"
+    expect_step(page, min(5, total))
     assert not reader.errors, reader.errors
 
 
@@ -241,7 +343,7 @@ def test_walkthrough_shows_every_step_of_its_table(reader, base_url):
     rows = page.locator(".lstm-walkthrough tbody tr").count()
     assert rows >= 5
     for n in range(1, rows + 1):
-        state = walkthrough_state(page)
+        state = expect_step(page, n)
         assert state["status"].startswith(f"Step {n} of {rows}")
         assert_matches_table(state)
         if n < rows:
@@ -251,7 +353,8 @@ def test_walkthrough_shows_every_step_of_its_table(reader, base_url):
 
 def test_walkthrough_table_alone_without_javascript(browser, base_url):
     reader = Reader(browser, java_script_enabled=False)
-    page = reader.open(base_url + WALKTHROUGH)
+    page = reader.page
+    page.goto(base_url + WALKTHROUGH)  # no script will mark anything: the loaded page is the final state
     assert page.locator(".lstm-walkthrough table").is_visible()
     assert not page.locator(".lstm-walkthrough__player").is_visible()
     reader.close()
@@ -262,9 +365,11 @@ def test_walkthrough_works_after_instant_navigation(reader, base_url):
     page.evaluate("window.__no_reload = true")
     page.click("a.md-footer__link--prev")  # the previous page, Home
     page.wait_for_url(base_url)
+    reader.wait_ready()
     page.locator(f"article a[href$='{WALKTHROUGH.rstrip('/')}/']").first.click()
-    page.wait_for_selector(".lstm-walkthrough__player:not([hidden])")
+    page.wait_for_url(base_url + WALKTHROUGH)
+    reader.wait_ready()
     assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
     page.click(".lstm-walkthrough button[data-action=next]")
-    assert walkthrough_state(page)["status"].startswith("Step 2 of ")
+    expect_step(page, 2)
     assert not reader.errors, reader.errors
