@@ -1,39 +1,51 @@
 /* Accessibility fixes the theme leaves to the site (axe-core checks them in tests/test_site_browser.py):
    - the search dialog gets a name;
-   - a box that scrolls sideways (wide math, a long line in the notebook's code) can be reached
-     and scrolled with the keyboard: it becomes focusable, with a role and a name. Whether a box
-     scrolls depends on the window's width, so this is redone when the width changes.
-   Once done for the page on view, <html data-lessonlib-ready> holds the page's path: tests (and
-   any other script) wait for that state, not for the load event, which comes before Material's
-   document$ on a first visit and not at all after instant navigation. */
+   - a box that scrolls sideways (wide math, a long line of code in the notebook or in a
+     collapsed answer) can be reached and scrolled with the keyboard: it becomes focusable, with
+     a role and a name. Whether a box scrolls depends on the window's width and on whether its
+     <details> or tab is open, so this is redone whenever one of those changes.
+   Once done for the page on view, <html data-lessonlib-ready> holds the page's path, and
+   data-lessonlib-checks counts the checks done so far: tests (and any other script) wait for
+   those states, not for the load event, which comes before Material's document$ on a first
+   visit and not at all after instant navigation. */
 (function () {
   "use strict";
 
-  const SCROLLERS = {
-    "div.arithmatex": "Formula, scrolls sideways",
-    ".highlight-ipynb": "Code, scrolls sideways",
-  };
+  const CANDIDATES = ".md-content :is(div, pre, code)";
+  const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]";
+
+  function kind(box) {
+    if (box.matches(".arithmatex")) return "Formula";
+    return box.querySelector("table") ? "Table" : "Code";
+  }
 
   function nameSearchDialog() {
     const dialog = document.querySelector('.md-search[role="dialog"]');
     if (dialog && !dialog.hasAttribute("aria-label")) dialog.setAttribute("aria-label", "Search");
   }
 
+  function scrollsSideways(box) {
+    const overflow = getComputedStyle(box).overflowX;
+    return (overflow === "auto" || overflow === "scroll") && box.scrollWidth > box.clientWidth;
+  }
+
+  let checks = 0;
+
   function makeScrollersFocusable() {
-    for (const [selector, label] of Object.entries(SCROLLERS)) {
-      for (const box of document.querySelectorAll(".md-content " + selector)) {
-        const scrolls = box.scrollWidth > box.clientWidth;
-        if (scrolls && !box.hasAttribute("tabindex")) {
-          box.tabIndex = 0;
-          box.setAttribute("role", "group");
-          box.setAttribute("aria-label", label);
-          box.dataset.lessonlibScroller = "";
-        } else if (!scrolls && "lessonlibScroller" in box.dataset) {
-          // wider window, no scrolling: no longer a stop on the Tab path
-          ["tabindex", "role", "aria-label", "data-lessonlib-scroller"].forEach((a) => box.removeAttribute(a));
-        }
+    for (const box of document.querySelectorAll(CANDIDATES)) {
+      const ours = "lessonlibScroller" in box.dataset;
+      if (scrollsSideways(box)) {
+        if (ours || box.hasAttribute("tabindex") || box.querySelector(FOCUSABLE)) continue;
+        box.tabIndex = 0;
+        box.setAttribute("role", "group");
+        box.setAttribute("aria-label", kind(box) + ", scrolls sideways");
+        box.dataset.lessonlibScroller = "";
+      } else if (ours) {
+        // wider window: no longer a stop on the Tab path
+        ["tabindex", "role", "aria-label", "data-lessonlib-scroller"].forEach((a) => box.removeAttribute(a));
       }
     }
+    document.documentElement.dataset.lessonlibChecks = String(++checks);
   }
 
   function setUp() {
@@ -44,9 +56,11 @@
 
   let pending = null;
   window.addEventListener("resize", () => {
-    cancelAnimationFrame(pending);
+    cancelAnimationFrame(pending); // many events while a window is resized: check once per frame
     pending = requestAnimationFrame(makeScrollersFocusable);
   });
+  document.addEventListener("toggle", makeScrollersFocusable, true); // <details> opened or closed (does not bubble)
+  document.addEventListener("change", makeScrollersFocusable); // a tab chosen (pymdownx.tabbed: radio inputs)
 
   if (typeof document$ !== "undefined") document$.subscribe(setUp);
   else if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUp);
