@@ -5,9 +5,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.errors import LessonError
 from lessonlib.engine.mathml import leftover_tex, source_line
 from lessonlib.engine.numerals import hand_typed_numerals
+from lessonlib.engine.page import Settings, execute_page
 from lessonlib.engine.render import TIMING_CLASS, render
 from lessonlib.engine.session import BlockOutput, Figure
 
@@ -35,6 +39,21 @@ steps = 600  # numbers in code are code
 def test_numerals_in_prose_are_found_with_their_lines_and_nothing_else():
     found = [(n.line, n.text) for n in hand_typed_numerals(PROSE)]
     assert found == [(3, "64"), (4, "1,600"), (12, "3"), (14, "2"), (15, "0.5")]
+
+
+def test_numerals_typed_in_a_caption_are_found_and_its_fields_are_not():
+    page = '```python exec caption="Falls to {acc:.0%} at {n} digits, not 90% ({{sic}} {\'1997\'})."\nx = 1\n```\n'
+    assert [(n.line, n.text, n.in_caption) for n in hand_typed_numerals(page)] == [(1, "90", True)]
+
+
+def test_a_caption_states_the_values_the_block_computed(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = ('```python exec caption="Accuracy falls to {acc:.0%} at {n} digits {{sic}}."\n'
+            'import matplotlib.pyplot as plt\nacc, n = 0.125, 16\nplt.plot([1, 2])\n```\n')
+    result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
+    assert result.outputs[0][0].figures[0].alt == "Accuracy falls to 12% at 16 digits {sic}."
+    with pytest.raises(LessonError, match=r"^docs/p.md:1: caption: NameError"):
+        execute_page(page.replace("{n}", "{m}"), "docs/p.md", Settings(root=tmp_path))
 
 
 def test_check_command_lists_numerals_and_fails_only_when_there_are_some(tmp_path):

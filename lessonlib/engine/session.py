@@ -74,11 +74,20 @@ class Session:
         svgs = svg.take_figures()
         if svgs and not block.options.get("caption", "").strip():
             raise LessonError(self.path, block.start + 1, 'this block makes a figure but has no alt text: add caption="..."')
-        result.figures = [Figure(s, block.options.get("caption", "")) for s in svgs]
+        if svgs:
+            result.figures = [Figure(s, self._caption(block)) for s in svgs]
         if output.overflowed or result.size > self.output_limit:
             raise LessonError(self.path, block.start + 1, f"this block's output is larger than the limit of "
                               f"{self.output_limit / 1024:,.0f} KB (output_limit in mkdocs.yml): print less")
         return result
+
+    def _caption(self, block: Block) -> str:
+        """The alt text, an f-string over the page's values once the block has run, so that a
+        caption can state the finding the block measured: caption="Accuracy falls to {acc:.0%}"."""
+        try:
+            return eval("f" + repr(block.options["caption"]), self.namespace)
+        except Exception as e:
+            raise LessonError(self.path, block.start + 1, f"caption: {type(e).__name__}: {e}") from None
 
     def value(self, inline: Inline) -> str:
         try:
