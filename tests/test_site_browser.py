@@ -1,9 +1,10 @@
 """The built site in a real browser (Debian's Chromium driven by Playwright), as readers see it.
 
-The site is built once per test process, after the lesson pages of the same run have finished
-(so the build reads them from the cache), served on 127.0.0.1, and every page is checked for
-what a reader needs: no errors, no request to any other host, images with alt text, rendered
-math, no serious accessibility problem in either palette (axe-core), no sideways scrolling.
+The site is built once per test process (a page the suite is running meanwhile is waited for
+and read from the cache, not run twice: the engine locks each page), served on 127.0.0.1, and
+every page is checked for what a reader needs: no errors, no request to any other host, images
+with alt text, rendered math, no serious accessibility problem in either palette (axe-core), no
+sideways scrolling.
 Screenshots land in test-artifacts/screenshots/.
 
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
@@ -19,7 +20,6 @@ import re
 import subprocess
 import sys
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -57,13 +57,9 @@ class Site:
 
 
 @pytest.fixture(scope="session")
-def site(tmp_path_factory, lesson_pages) -> Site:
-    """The site, built after the run's lesson pages have finished (they are in the cache then)
-    and served on a free port of 127.0.0.1; the build is told that address, since Material's
-    instant navigation only follows links under site_url."""
-    unfinished = lesson_pages.wait(timeout=1800)
-    if unfinished:
-        warnings.warn(f"lesson pages unfinished after 30 min, the site build runs them itself: {unfinished}")
+def site(tmp_path_factory) -> Site:
+    """The site, served on a free port of 127.0.0.1; the build is told that address, since
+    Material's instant navigation only follows links under site_url."""
     path = tmp_path_factory.mktemp("site")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(path)))
     url = f"http://127.0.0.1:{server.server_port}/"
