@@ -5,7 +5,7 @@
 - head_maps: the attention weights of several heads side by side, one sequence;
 - memory_plot: the memory task's accuracy and steps to solve against length (log scale), a line
   through the seeds' mean and a faint dot per seed;
-- cost_plot: measured seconds and counted quantities against length, one line per model.
+- cost_plot: counted quantities against length, log-log, a line per series.
 """
 from __future__ import annotations
 
@@ -85,6 +85,8 @@ def memory_plot(accuracy: Mapping[tuple[str, int, int], float], steps: Mapping[t
     right.annotate("budget: not solved", (all_lengths[0], budget), textcoords="offset points", xytext=(0, -14),
                    color=PALETTE["grey"])
     right.set_yscale("log")
+    ticks = [t for t in (10, 20, 50, 100, 200, 500) if t < budget] + [budget]
+    right.set_yticks(ticks, [str(t) for t in ticks])
     right.set_ylabel("training steps (mean line, dot per seed)")
     for ax in (left, right):
         ax.set_xscale("log")
@@ -92,21 +94,24 @@ def memory_plot(accuracy: Mapping[tuple[str, int, int], float], steps: Mapping[t
         ax.minorticks_off()
         ax.set_xlabel("sequence length")
         ax.grid(True, axis="y", alpha=0.3)
-    left.legend(frameon=False, loc="lower left")
-    fig.tight_layout()
+    handles, labels = left.get_legend_handles_labels()
+    fig.legend(handles, labels, frameon=False, loc="lower center", ncol=len(models))
+    fig.tight_layout(rect=(0, 0.08, 1, 1))  # room for the legend under both panels
     return fig
 
 
-def cost_plot(lengths: Sequence[int], panels: Sequence[tuple[str, Mapping[str, Sequence[float]]]]) -> Figure:
-    """One log-log panel per (y label, {model: values}), all against the same lengths."""
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.6))
-    for ax, (ylabel, series) in zip(np.atleast_1d(axes), panels):
-        for name, values in series.items():
-            model = name.split(" ")[0]  # "transformer (fused)" is drawn in the transformer's colour
-            style = "--" if "(" in name else "-"
-            ax.loglog(lengths, values, style, color=COLORS[model], marker=MARKERS[model], linewidth=2,
-                      label=name if "(" in name else LABELS[model])
-        ax.set_xlabel("sequence length")
+Series = tuple[str, str, Sequence[float], bool]  # label, model (its colour and marker), values, dashed
+
+
+def cost_plot(xs: Sequence[int], panels: Sequence[tuple[str, Sequence[Series]]],
+              xlabel: str = "sequence length") -> Figure:
+    """One log-log panel per (y label, series), all against the same xs."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.4 * len(panels), 3.6), squeeze=False)
+    for ax, (ylabel, series) in zip(axes[0], panels):
+        for label, model, values, dashed in series:
+            ax.loglog(xs, values, "--" if dashed else "-", color=COLORS[model], marker=MARKERS[model],
+                      linewidth=2, label=label)
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(frameon=False, loc="upper left", fontsize="small")
