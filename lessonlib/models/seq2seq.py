@@ -246,6 +246,7 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
           steps: int = 2000, batch_size: int = 64, lr: float = 5e-3,
           min_len: int = 3, max_len: int = 16, hidden: int = 64, cell: str = "gru",
           attend: Attend = luong_attention, padded: bool = False, mask: bool = True,
+          optimizer: type[torch.optim.Optimizer] = torch.optim.Adam, clip: float = 1.0,
           progress: bool = True) -> Seq2Seq:
     """Train one model on reversal; the budget is the same whatever ``attention`` is.
 
@@ -260,7 +261,7 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
     device = torch.device(device)
     model = initial_model(attention, seed, hidden=hidden, cell=cell, attend=attend, mask=mask).to(device)
     data = torch.Generator().manual_seed(seed)  # lengths and strings: the same for both models
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opt = optimizer(model.parameters(), lr=lr)
     # lr decays linearly to 0: big early steps, then small ones so that every token is right
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / steps)
     bar = progress_bar(range(steps), f"seq2seq {'with' if attention else 'without'} attention",
@@ -276,7 +277,7 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
             loss = F.cross_entropy(logits.flatten(0, 1), tgt.flatten(), ignore_index=PAD)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            nn.utils.clip_grad_norm_(model.parameters(), 1.0)          # RNNs: guard against spikes
+            nn.utils.clip_grad_norm_(model.parameters(), clip)         # RNNs: guard against spikes
             opt.step()
             schedule.step()
     return model.eval()
