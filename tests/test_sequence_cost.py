@@ -29,11 +29,11 @@ def test_saved_bytes_counts_each_storage_once():
     w = torch.randn(100, 100, requires_grad=True)  # 40,000 bytes
     x = torch.randn(3, 100)  # 1,200 bytes, a leaf without grad: saved for w's gradient
 
-    def twice():
-        return (x @ w).sum() + (x @ w).sum()  # the same x saved by two products
+    def twice():  # two views of x, two tensors sharing one storage, saved by two products
+        return (x[:2] @ w).sum() + (x[1:] @ w).sum()
 
     saved, out = sequence_cost.saved_bytes(twice)
-    assert saved == x.untyped_storage().nbytes()  # w needs no saving (x has no grad), x once
+    assert saved == x.untyped_storage().nbytes()  # w needs no saving (x has no grad), x's storage once
     assert out.requires_grad
 
 
