@@ -131,10 +131,22 @@ class Reader:
 
 
 @pytest.fixture
-def reader(browser):
-    reader = Reader(browser)
-    yield reader
-    reader.close()
+def new_reader(browser):
+    """Make readers with other options (viewport, palette, no JavaScript); all closed afterwards."""
+    readers = []
+
+    def make(**options) -> Reader:
+        readers.append(Reader(browser, **options))
+        return readers[-1]
+
+    yield make
+    for reader in readers:
+        reader.close()
+
+
+@pytest.fixture
+def reader(new_reader) -> Reader:
+    return new_reader()
 
 
 def serious_violations(page) -> list[str]:
@@ -197,23 +209,20 @@ def test_every_page_reads_well(reader, base_url, path):
 
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("path", site_pages())
-def test_no_serious_accessibility_violations(browser, base_url, path, scheme):
+def test_no_serious_accessibility_violations(new_reader, base_url, path, scheme):
     # The palette follows the reader's system preference (mkdocs.yml), emulated here.
-    reader = Reader(browser, color_scheme=scheme)
-    page = reader.open(base_url + path)
+    page = new_reader(color_scheme=scheme).open(base_url + path)
     assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme]
     open_every_details(page)  # the answers too
     assert not (violations := serious_violations(page)), "\n".join(violations)
-    reader.close()
 
 
 @pytest.mark.parametrize("path", site_pages())
-def test_fits_a_phone_and_a_desktop(browser, base_url, path):
+def test_fits_a_phone_and_a_desktop(new_reader, base_url, path):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     name = path.strip("/").replace("/", "-") or "home"
     for label, viewport in (("desktop", DESKTOP), ("phone", PHONE)):
-        reader = Reader(browser, viewport=viewport)
-        page = reader.open(base_url + path)
+        page = new_reader(viewport=viewport).open(base_url + path)
         heading = page.locator("article h1").first
         assert heading.is_visible(), f"{path}: no visible main heading on a {label}"
         box = heading.bounding_box()
@@ -223,7 +232,6 @@ def test_fits_a_phone_and_a_desktop(browser, base_url, path):
         if label == "phone":  # narrow: wide math and code now scroll in their own boxes
             assert not (violations := serious_violations(page)), "\n".join(violations)
         page.screenshot(path=str(ARTIFACTS / f"{name}-{label}.png"), full_page=True)
-        reader.close()
 
 
 def test_every_notebook_download_is_a_valid_notebook(reader, base_url):
@@ -347,13 +355,11 @@ def test_walkthrough_shows_every_step_of_its_table(reader, base_url):
     assert page.get_attribute(".lstm-walkthrough button[data-action=next]", "aria-disabled") == "true"
 
 
-def test_walkthrough_table_alone_without_javascript(browser, base_url):
-    reader = Reader(browser, java_script_enabled=False)
-    page = reader.page
+def test_walkthrough_table_alone_without_javascript(new_reader, base_url):
+    page = new_reader(java_script_enabled=False).page
     page.goto(base_url + WALKTHROUGH)  # no script will mark anything: the loaded page is the final state
     assert page.locator(".lstm-walkthrough table").is_visible()
     assert not page.locator(".lstm-walkthrough__player").is_visible()
-    reader.close()
 
 
 def test_walkthrough_works_after_instant_navigation(reader, base_url):
