@@ -81,13 +81,15 @@ def test_timing_block_outputs_are_marked_for_readers_and_for_comparisons():
     assert f'class="lessonlib-figure {TIMING_CLASS}"' in markdown
 
 
-def test_leftover_tex_is_found_outside_code_and_math_only():
+def test_leftover_tex_is_found_in_text_and_unknown_commands_in_rendered_math():
     html = (
-        '<p>beyond $n = $ 768 tokens, <code>$x$</code>, <span class="arithmatex"><math>x</math></span>'
-        "<br> \\frac{a}{b} and \\( x \\)</p><pre>\\alpha $y$</pre><p>costs $5</p>"
+        '<p>beyond $n = $ 768 tokens, <code>$x$</code>, <span class="arithmatex"><math><mi>x</mi><mo>$</mo></math>'
+        "</span><br> \\frac{a}{b} and \\( x \\)</p><pre>\\alpha $y$</pre><p>costs $5</p>"
+        "<p><math><mi>\\qqquadout</mi></math></p>"
     )
-    assert leftover_tex(html) == ["$n = $", "\\frac", "\\(", "\\)"]
+    assert leftover_tex(html) == ["$n = $", "\\frac", "\\(", "\\)", "\\qqquadout"]
     assert source_line("$n = $", ["# T", "", "beyond $n = $ `{py} n` tokens"]) == 3
+    assert source_line("\\qqquadout", ["# T", "$$x \\qquad \\text{out}$$"]) == 2
 
 
 def test_strict_build_fails_on_raw_tex_naming_the_markdown_line(tmp_path):

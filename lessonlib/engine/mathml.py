@@ -21,39 +21,44 @@ def to_mathml(page_html: str) -> str:
     return _ARITHMATEX.sub(replace, page_html)
 
 
-# TeX that survived Markdown: two dollars in one run of text, \( \[ \) \], or a command like \frac.
+# TeX that survived Markdown: two dollars in one run of text, \( \[ \) \], or a command like \frac;
+# inside rendered math, a command latex2mathml did not know (it shows it as text).
 _RAW_TEX = re.compile(r"\$[^$\n]*\$|\\[()\[\]]|\\[a-zA-Z]{2,}")
-_SKIP = {"code", "pre", "math", "script", "style", "kbd", "samp"}
+_RAW_COMMAND = re.compile(r"\\[a-zA-Z]+")
+_SKIP = {"code", "pre", "script", "style", "kbd", "samp"}
 
 
 class _ProseText(HTMLParser):
-    """The page's text outside code, math, scripts and rendered formulas."""
+    """Raw TeX in the page's text: outside code and scripts, and inside rendered math."""
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
-        self.stack: list[bool] = []  # per open element: inside something to skip?
+        self.stack: list[str] = []  # per open element: "skip", "math" or "text"
         self.leaks: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in _VOID:
             return
-        classes = (dict(attrs).get("class") or "").split()
-        self.stack.append(bool(self.stack and self.stack[-1]) or tag in _SKIP or "arithmatex" in classes)
+        outer = self.stack[-1] if self.stack else "text"
+        kind = "skip" if outer == "skip" or tag in _SKIP else "math" if outer == "math" or tag == "math" else "text"
+        self.stack.append(kind)
 
     def handle_endtag(self, tag: str) -> None:
         if tag not in _VOID and self.stack:
             self.stack.pop()
 
     def handle_data(self, data: str) -> None:
-        if not (self.stack and self.stack[-1]):
-            self.leaks += _RAW_TEX.findall(data)
+        kind = self.stack[-1] if self.stack else "text"
+        if kind != "skip":
+            self.leaks += (_RAW_COMMAND if kind == "math" else _RAW_TEX).findall(data)
 
 
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
 
 
 def leftover_tex(page_html: str) -> list[str]:
-    """Raw TeX a reader would see: e.g. "$n = $ 768" (a `$` after a space does not close math)."""
+    """Raw TeX a reader would see, in a page whose math is rendered (to_mathml): e.g. "$n = $ 768"
+    (a `$` after a space does not close math), or a command inside a formula that has no MathML."""
     parser = _ProseText()
     parser.feed(page_html)
     parser.close()
@@ -61,5 +66,10 @@ def leftover_tex(page_html: str) -> list[str]:
 
 
 def source_line(snippet: str, lines: list[str]) -> int:
-    """The 1-based line of the Markdown source that holds `snippet` (1 if none does)."""
-    return next((i for i, line in enumerate(lines, start=1) if snippet in line), 1)
+    """The 1-based line of the Markdown source that holds `snippet`, or the longest start of it
+    (a leaked command may have run into the next word); 1 if none does."""
+    for end in range(len(snippet), 2, -1):
+        line = next((i for i, text in enumerate(lines, start=1) if snippet[:end] in text), None)
+        if line is not None:
+            return line
+    return 1

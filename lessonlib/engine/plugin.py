@@ -75,13 +75,15 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return f"{rendered}\n{link}\n"
 
     def on_page_content(self, html, page, config, files):
+        html = to_mathml(html)
         source = Path(page.file.abs_src_path)
         lines = source.read_text(encoding="utf-8").splitlines() if source.suffix == ".md" else []
         for leak in leftover_tex(html):
             # A warning, so that a strict build fails while a draft build still shows the page.
             log.warning(f"{self._rel(source)}:{source_line(leak, lines)}: raw TeX in the page's text: {leak!r} "
-                        "(inline math is $...$ with no space just inside either dollar)")
-        return to_mathml(html)
+                        "(inline math is $...$ with no space just inside either dollar; math uses only "
+                        "commands latex2mathml knows)")
+        return html
 
     def on_serve(self, server, config, builder):
         global _server

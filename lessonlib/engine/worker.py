@@ -57,7 +57,9 @@ def main(conn: Connection, job: PageJob) -> None:
     os.environ.clear()
     os.environ.update(dict(job.variables), LESSONLIB_CPUS=str(job.cpus))
     try:
-        conn.send(("done", *_run(conn, job)))
+        result = _run(conn, job)
+        _stop_process_pools()
+        conn.send(("done", *result))
     except LessonError as e:
         conn.send(("error", e.path, e.line, e.message, e.detail))
     except BaseException:
@@ -93,3 +95,12 @@ def _run(conn: Connection, job: PageJob) -> tuple:
             conn.send(("inline", None))
             values = {inline.source: session.value(inline) for inline in page.inlines}
     return (outputs, values), recorder.manifest().to_json()
+
+
+def _stop_process_pools() -> None:
+    """Shut down joblib's reusable pool of worker processes if the page started one: the worker
+    ends with os._exit, which would leave the pool's semaphores for the build to warn about."""
+    loky = sys.modules.get("joblib.externals.loky.reusable_executor")
+    executor = getattr(loky, "_executor", None)
+    if executor is not None:
+        executor.shutdown(wait=True)
