@@ -8,6 +8,7 @@ This module imports no torch itself: the build process imports it to name the en
 """
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import os
 import signal
@@ -57,14 +58,15 @@ def main(conn: Connection, job: PageJob) -> None:
     os.environ.clear()
     os.environ.update(dict(job.variables), LESSONLIB_CPUS=str(job.cpus))
     try:
-        result = _run(conn, job)
-        _stop_process_pools()
-        conn.send(("done", *result))
+        message = ("done", *_run(conn, job))
     except LessonError as e:
-        conn.send(("error", e.path, e.line, e.message, e.detail))
+        message = ("error", e.path, e.line, e.message, e.detail)
     except BaseException:
-        conn.send(("error", job.path, 1, "the engine failed while running this page", traceback.format_exc()))
+        message = ("error", job.path, 1, "the engine failed while running this page", traceback.format_exc())
+    try:
+        _clean_up_like_an_exit()
     finally:
+        conn.send(message)
         conn.close()
 
 
@@ -97,10 +99,12 @@ def _run(conn: Connection, job: PageJob) -> tuple:
     return (outputs, values), recorder.manifest().to_json()
 
 
-def _stop_process_pools() -> None:
-    """Shut down joblib's reusable pool of worker processes if the page started one: the worker
-    ends with os._exit, which would leave the pool's semaphores for the build to warn about."""
+def _clean_up_like_an_exit() -> None:
+    """A worker ends with os._exit, which skips the exit handlers that let libraries clean up
+    after themselves (joblib's shared-memory folders, its pool's semaphores): stop joblib's
+    process pool if the page started one, then run the handlers, as a normal exit would."""
     loky = sys.modules.get("joblib.externals.loky.reusable_executor")
     executor = getattr(loky, "_executor", None)
     if executor is not None:
-        executor.shutdown(wait=True)
+        executor.shutdown(wait=True, kill_workers=True)  # else exiting waits on its idle workers
+    atexit._run_exitfuncs()
