@@ -70,8 +70,8 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
     assert 'alt="A line that rises from 0 to 1."' in html
     notebook = nbformat.read(site / "site/good/good.ipynb", as_version=4)
     nbformat.validate(notebook)
-    assert [c.cell_type for c in notebook.cells] == ["markdown", "code", "markdown"]
-    assert "The value is 42." in notebook.cells[2].source
+    assert [c.cell_type for c in notebook.cells] == ["code", "markdown", "code", "markdown"]  # set-up first
+    assert "The value is 42." in notebook.cells[3].source
 
     again = build(site)
     assert "docs/good.md: from cache" in again.stderr

@@ -77,8 +77,8 @@ def _store_from_environment() -> MemoStore | None:
     cache = os.environ.get("LESSONLIB_CACHE_DIR")
     if not cache:
         return None
-    main = sys.modules.get("__main__")
-    return MemoStore(Path(cache) / "memo", [_package_root()], [Path(cache)], getattr(main, "__dict__", None))
+    main, cache_dir = sys.modules.get("__main__"), Path(cache).resolve()
+    return MemoStore(cache_dir / "memo", [_package_root()], [cache_dir], getattr(main, "__dict__", None))
 
 
 def _package_root() -> Path:
@@ -198,9 +198,10 @@ class _CodeTracer:
             self.codes.add(frame.f_code)
 
     def _is_page_code(self, code: types.CodeType) -> bool:
-        """The page's own functions: not a project file, not an installed one, not frozen."""
+        """The page's own functions: not a project file, not an installed one, not generated
+        (frozen modules, dataclass and namedtuple methods: "<...>")."""
         filename = code.co_filename
-        if filename.startswith("<frozen") or (os.path.isabs(filename) and self.recorder.watches(filename)):
+        if filename.startswith("<") or (os.path.isabs(filename) and self.recorder.watches(filename)):
             return False
         return not any(filename.startswith(p) for p in self.recorder.ignored)
 

@@ -19,8 +19,8 @@ from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import render_line
 
 SETUP = """\
-# Start where every page of the site starts: seed 0 in random, NumPy and torch, and the house
-# figure style. Run the notebook from the lesson's folder: pages read data files from there.
+# Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
+# and the house figure style. Run the notebook from the lesson's folder: pages read files there.
 from lessonlib.engine.session import start_page
 
 start_page()"""

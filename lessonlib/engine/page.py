@@ -40,6 +40,12 @@ class Settings:
     memory_limit_mb: float | None = None  # per page, its child processes included; None: no limit
     output_limit_kb: float = 1024  # per block, text and figures
 
+    def __post_init__(self) -> None:
+        # Pages run in their own folders: every path the engine hands to a worker is absolute.
+        object.__setattr__(self, "root", Path(self.root).resolve())
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir).resolve())
+
     def with_environment(self) -> Settings:
         """Apply the LESSONLIB_EXECUTE, LESSONLIB_REFRESH, LESSONLIB_CACHE_DIR and LESSONLIB_WORKERS switches."""
         cache_dir = os.environ.get("LESSONLIB_CACHE_DIR")

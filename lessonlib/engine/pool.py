@@ -13,8 +13,11 @@ import multiprocessing
 import os
 import re
 import signal
+import sys
 import time
+import types
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
@@ -102,11 +105,25 @@ def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running
     receive, send = context.Pipe(duplex=False)
     Path(task.job.stack_file).write_text("")
     process = context.Process(target=worker.main, args=(send, task.job), name=f"lessonlib {task.job.path}")
-    process.start()
+    with _no_main_module():
+        process.start()
     send.close()
     r = _Running(task, process, receive, time.monotonic())
     _enter(r, "start", None)
     return r
+
+
+@contextmanager
+def _no_main_module() -> Iterator[None]:
+    """Start a worker without the build's __main__: multiprocessing would otherwise import the
+    main script again in every worker (mkdocs's, pytest's, an author's script that calls the
+    engine without an `if __name__ == "__main__"` guard, which would then run in the worker)."""
+    main = sys.modules["__main__"]
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        sys.modules["__main__"] = main
 
 
 def _enter(r: _Running, kind: str, index: int | None) -> None:

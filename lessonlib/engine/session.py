@@ -25,8 +25,12 @@ DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def start_page(seed: int = SEED) -> None:
-    """The state every page starts from: the same seed in random, NumPy and torch, and the
-    house figure style. Exported notebooks call it in their first cell."""
+    """The state every page starts from: one torch thread, the same seed in random, NumPy and
+    torch, and the house figure style. Exported notebooks call it in their first cell.
+
+    One thread, because a sum split over two threads can round differently from one over one,
+    and a page must print the same bytes wherever it runs (the lessons' models are tiny)."""
+    torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)

@@ -72,16 +72,12 @@ def main(conn: Connection, job: PageJob) -> None:
 
 def _run(conn: Connection, job: PageJob) -> tuple:
     import matplotlib
-    import torch
 
     matplotlib.use("Agg")  # no display at build time
 
     from lessonlib.engine.memo import MemoStore, memo_store
     from lessonlib.engine.session import Session
 
-    # One torch thread whatever the share: a sum split over 2 threads can round differently from
-    # one over 1, and a page must print the same bytes however many pages run beside it.
-    torch.set_num_threads(1)
     page = parse_page(job.text, job.path)
     cache = [Path(job.cache_dir)] if job.cache_dir else []
     recorder = Recorder([Path(r) for r in job.source_roots], cache, code_files={job.path})
