@@ -2,7 +2,6 @@
 import dataclasses
 import math
 
-import pytest
 import torch
 
 from lessonlib.experiments import caesar

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+
+from notebook_cells import execute, printed
 
 from lessonlib.engine.blocks import parse_page
 from lessonlib.engine.notebook import to_notebook
@@ -58,10 +59,6 @@ def _exec_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     return [c for c in notebook.cells if c.cell_type == "code" and not set(c.metadata.get("tags", [])) & {"setup", "pycon"}]
 
 
-def _run(notebook: nbformat.NotebookNode, folder: Path) -> None:
-    NotebookClient(notebook, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
-
-
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monkeypatch):
     settings = load_settings(ROOT / "mkdocs.yml")
@@ -71,7 +68,7 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     examples = [(c, c.outputs[0].data["text/plain"] if c.outputs else "") for c in notebook.cells
                 if c.metadata.get("tags") == ["pycon"]]
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(settings.cache_dir))  # memoized training is reused, not redone
-    _run(notebook, lesson.parent)
+    execute(notebook, lesson.parent, timeout=600)
 
     blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs[0]) if b.kind == "exec"]
     cells = _exec_cells(notebook)
@@ -79,16 +76,12 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     for (block, output), cell in zip(blocks, cells):
         if "timing" in block.options:
             continue
-        assert _printed(cell) == output.text, f"{rel}:{block.start + 1}: the notebook printed something else"
+        assert printed(cell) == output.text, f"{rel}:{block.start + 1}: the notebook printed something else"
         images = [o for o in cell.outputs if o.output_type == "display_data" and any(k.startswith("image/") for k in o.data)]
         assert len(images) == len(output.figures), f"{rel}:{block.start + 1}: figures differ"
     for cell, want in examples:
-        got = _printed(cell) + "".join(o.data["text/plain"] for o in cell.outputs if o.output_type == "execute_result")
+        got = printed(cell) + "".join(o.data["text/plain"] for o in cell.outputs if o.output_type == "execute_result")
         assert doctest.OutputChecker().check_output(want + "\n", got + "\n", DOCTEST_FLAGS), (cell.source, want, got)
-
-
-def _printed(cell: nbformat.NotebookNode) -> str:
-    return "".join(o.text for o in cell.outputs if o.output_type == "stream")
 
 
 def test_a_block_that_differs_in_the_kernel_is_caught(tmp_path):
@@ -97,6 +90,6 @@ def test_a_block_that_differs_in_the_kernel_is_caught(tmp_path):
     page = "```python exec\nimport os\nprint(os.getpid())\n```\n"
     result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
     notebook = to_notebook(parse_page(page, "docs/p.md"), result.outputs)
-    _run(notebook, tmp_path / "docs")
+    execute(notebook, tmp_path / "docs")
     (cell,) = _exec_cells(notebook)
-    assert _printed(cell) != result.outputs[0][0].text
+    assert printed(cell) != result.outputs[0][0].text

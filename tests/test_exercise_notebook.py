@@ -14,52 +14,22 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from notebook_cells import solution_code, tagged, text
+
+import notebook_cells
 from lessonlib.exercises import attention as exercise
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-attention.ipynb"
 
 
 def load() -> nbformat.NotebookNode:
-    return nbformat.read(NOTEBOOK, as_version=4)
-
-
-def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
-    cells = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
-    assert len(cells) == 1, f"expected exactly one cell tagged {tag!r}, found {len(cells)}"
-    return cells[0]
-
-
-def solution_code(nb: nbformat.NotebookNode, summary: str = "Solution") -> str:
-    """The code in the notebook's collapsed <details><summary>{summary}</summary> block."""
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and f"<summary>{summary}</summary>" in cell.source:
-            block = cell.source.split(f"<summary>{summary}</summary>", 1)[1]
-            match = re.search(r"```python\n(.*?)```", block, re.S)
-            assert match, f"the {summary} block has no ```python fence"
-            return match.group(1)
-    raise AssertionError(f"the notebook has no <summary>{summary}</summary> block")
+    return notebook_cells.load(NOTEBOOK)
 
 
 def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    # kernel "python3" is ipykernel's own spec, whose argv "python" jupyter_client replaces by
-    # sys.executable, so the kernel runs this venv's interpreter (checked in the first test).
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()
-    return nb
-
-
-def text(cell: nbformat.NotebookNode) -> str:
-    out = []
-    for o in cell.get("outputs", []):
-        if o.output_type == "stream":
-            out.append(o.text)
-        elif o.output_type in ("execute_result", "display_data"):
-            out.append(o.data.get("text/plain", ""))
-    return "".join(out)
+    return notebook_cells.execute(nb, NOTEBOOK.parent)
 
 
 # ----------------------------------------------------------------------------- the notebook as published

@@ -10,7 +10,6 @@ import re
 
 import nbformat
 import pytest
-import torch
 from nbclient.exceptions import CellExecutionError
 from test_exercise_notebook import execute, load, solution_code, tagged
 

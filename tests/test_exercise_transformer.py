@@ -14,9 +14,11 @@ from pathlib import Path
 import nbformat
 import pytest
 import torch
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
+from notebook_cells import tagged, text
+
+import notebook_cells
 from lessonlib.exercises import transformer as exercise
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-transformer.ipynb"
@@ -25,24 +27,11 @@ PARTS = {"exercise-mask": "causal_mask", "exercise-attention": "masked_attention
 
 
 def load() -> nbformat.NotebookNode:
-    return nbformat.read(NOTEBOOK, as_version=4)
-
-
-def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
-    cells = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
-    assert len(cells) == 1, f"expected exactly one cell tagged {tag!r}, found {len(cells)}"
-    return cells[0]
+    return notebook_cells.load(NOTEBOOK)
 
 
 def solution_code(nb: nbformat.NotebookNode, part: str) -> str:
-    """The code of the collapsed <details><summary>Solution: part</summary> block."""
-    summary = f"<summary>Solution: {part}</summary>"
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and summary in cell.source:
-            match = re.search(r"```python\n(.*?)```", cell.source.split(summary, 1)[1], re.S)
-            assert match, f"the {summary} block has no ```python fence"
-            return match.group(1)
-    raise AssertionError(f"the notebook has no {summary} block")
+    return notebook_cells.solution_code(nb, f"Solution: {part}")
 
 
 def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
@@ -59,21 +48,7 @@ def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.Notebo
 
 
 def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    # kernel "python3" is ipykernel's own spec; jupyter_client runs it with sys.executable
-    client = NotebookClient(nb, timeout=300, kernel_name="python3",
-                            resources={"metadata": {"path": str(NOTEBOOK.parent)}})
-    client.execute()
-    return nb
-
-
-def text(cell: nbformat.NotebookNode) -> str:
-    out = []
-    for o in cell.get("outputs", []):
-        if o.output_type == "stream":
-            out.append(o.text)
-        elif o.output_type in ("execute_result", "display_data"):
-            out.append(o.data.get("text/plain", ""))
-    return "".join(out)
+    return notebook_cells.execute(nb, NOTEBOOK.parent)
 
 
 def namespace(nb: nbformat.NotebookNode) -> exercise.Parts:

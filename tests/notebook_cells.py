@@ -1,0 +1,53 @@
+"""Reading and running the course's notebooks in tests: cells by tag, the collapsed solutions,
+a fresh kernel of this venv, and what a cell printed."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+
+def load(path: Path) -> nbformat.NotebookNode:
+    return nbformat.read(path, as_version=4)
+
+
+def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
+    cells = [c for c in nb.cells if tag in c.metadata.get("tags", [])]
+    assert len(cells) == 1, f"expected exactly one cell tagged {tag!r}, found {len(cells)}"
+    return cells[0]
+
+
+def solution_code(nb: nbformat.NotebookNode, summary: str = "Solution") -> str:
+    """The code in the notebook's collapsed <details><summary>{summary}</summary> block."""
+    marker = f"<summary>{summary}</summary>"
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and marker in cell.source:
+            match = re.search(r"```python\n(.*?)```", cell.source.split(marker, 1)[1], re.S)
+            assert match, f"the {summary} block has no ```python fence"
+            return match.group(1)
+    raise AssertionError(f"the notebook has no {marker} block")
+
+
+def execute(nb: nbformat.NotebookNode, folder: Path, timeout: int = 300) -> nbformat.NotebookNode:
+    """Run every cell in a fresh kernel started in `folder`. Kernel "python3" is ipykernel's own
+    spec, whose argv "python" jupyter_client replaces by sys.executable: this venv's interpreter."""
+    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    return nb
+
+
+def printed(cell: nbformat.NotebookNode) -> str:
+    """What the cell printed (stdout and stderr, in order)."""
+    return "".join(o.text for o in cell.get("outputs", []) if o.output_type == "stream")
+
+
+def text(cell: nbformat.NotebookNode) -> str:
+    """What the cell printed and the text of what it displayed."""
+    out = []
+    for o in cell.get("outputs", []):
+        if o.output_type == "stream":
+            out.append(o.text)
+        elif o.output_type in ("execute_result", "display_data"):
+            out.append(o.data.get("text/plain", ""))
+    return "".join(out)
