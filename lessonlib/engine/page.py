@@ -159,12 +159,13 @@ class _Run:
                     lock.close()
         ran = sum(1 for _, i, _ in misses if isinstance(results[i], PageResult) and not results[i].from_cache)
         pages = f"{len(todo)} page{'s' if len(todo) != 1 else ''}"
-        self.report(f"{pages}: {ran} ran, {len(todo) - len(misses)} from cache, "
-                    f"in {time.perf_counter() - started:.1f} s" + (f" with {workers} workers" if (workers := self._workers(len(misses))) > 1 else ""))
+        workers = self._workers(len(misses))
+        self.report(f"{pages}: {ran} ran, {len(todo) - len(misses)} from cache, in "
+                    f"{time.perf_counter() - started:.1f} s" + (f" with {workers} workers" if workers > 1 else ""))
 
     def _lookup(self, page: ParsedPage, key: str) -> tuple[PageResult | None, float]:
         """A result from the cache if every recorded input is unchanged; else how long the page
-        took last time (0 if unknown)."""
+        took last time (infinity if it never ran: unknown pages start first)."""
         started = time.perf_counter()
         entry = self.cache.load(key) if self.cache else None
         if entry is None:
@@ -203,9 +204,9 @@ class _Run:
     def _job(self, page: ParsedPage, pages_at_once: int) -> PageJob:
         cpus = max(1, cpu_count() // max(1, min(self._workers(pages_at_once), pages_at_once)))
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
-        roots = tuple(dict.fromkeys([str(self.settings.root.resolve()), str(PACKAGE_ROOT)]))
+        roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))
         stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
-        return PageJob(page.path, "".join(page.lines), str(self.settings.root.resolve()), roots, cache_dir,
+        return PageJob(page.path, "".join(page.lines), str(self.settings.root), roots, cache_dir,
                        self.settings.refresh, int(self.settings.output_limit_kb * 1024), cpus, str(stack),
                        self.environment, tuple(os.environ.items()))
 
