@@ -23,21 +23,28 @@ def device(request) -> torch.device:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Lesson pages (the slowest items) first, each followed by one quick test.
+    """Lesson pages (the slowest items) first, each followed by one quick test; the tests that read
+    the lessons' results (the built site, a lesson's notebook) last.
 
     Under scripts/test (`--dist load --maxschedchunk 1`) each worker holds the item it runs and
     the next one, handed out in this order: every worker starts on a page, and a worker that
-    finishes its page takes the next one while no two pages queue on one worker. The quick test
-    must not need the built site, whose build would otherwise start beside the pages.
+    finishes its page takes the next one while no two pages queue on one worker. A test that
+    reads a page's result waits while another worker runs that page: placed last, it finds the
+    result in the cache instead of holding its worker idle.
     """
     docs = Path(config.rootpath) / "docs"
     pages = [item for item in items if docs in item.path.parents]
-    others = [item for item in items if docs not in item.path.parents]
-    fillers = [item for item in others if "site" not in getattr(item, "fixturenames", ())][: len(pages)]
+    readers = [item for item in items if item not in pages and _reads_lessons(item)]
+    others = [item for item in items if item not in pages and item not in readers]
+    fillers = others[: len(pages)]
     ordered = []
     for page, filler in itertools.zip_longest(pages, fillers):
         ordered += [item for item in (page, filler) if item is not None]
-    items[:] = ordered + [item for item in others if item not in fillers]
+    items[:] = ordered + others[len(fillers):] + readers
+
+
+def _reads_lessons(item: pytest.Item) -> bool:
+    return "site" in getattr(item, "fixturenames", ()) or item.get_closest_marker("lesson_results") is not None
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

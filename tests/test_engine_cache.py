@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import uuid
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,22 @@ def test_a_changed_installed_version_invalidates(tmp_path, settings, monkeypatch
     monkeypatch.setattr(cache_module, "distributions", one_upgraded)
     execute_page(page_with_side_effect(log), PATH, settings)
     assert runs(log) == 2
+
+
+def test_a_checkouts_own_metadata_on_sys_path_does_not_change_the_fingerprint(tmp_path, monkeypatch):
+    """A notebook's kernel starts in the page's folder, a build's worker in the checkout, whose
+    lessonlib.egg-info (left by `pip install -e .`) is then found twice: both must agree, or the
+    kernel misses every memoized result."""
+    def copies() -> int:
+        return sum(d.metadata["Name"] == "lessonlib" for d in cache_module.distributions())
+
+    before, installed = cache_module.environment_fingerprint(), copies()
+    info = tmp_path / "lessonlib.egg-info"
+    info.mkdir()
+    (info / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: lessonlib\nVersion: {version('lessonlib')}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert copies() == installed + 1
+    assert cache_module.environment_fingerprint() == before
 
 
 def test_pages_do_not_leak_state_into_each_other(tmp_path, settings):

@@ -59,6 +59,7 @@ def _exec_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
     return [c for c in notebook.cells if c.cell_type == "code" and not set(c.metadata.get("tags", [])) & {"setup", "pycon"}]
 
 
+@pytest.mark.lesson_results
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
 def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monkeypatch):
     settings = load_settings(ROOT / "mkdocs.yml")
@@ -68,7 +69,10 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     examples = [(c, c.outputs[0].data["text/plain"] if c.outputs else "") for c in notebook.cells
                 if c.metadata.get("tags") == ["pycon"]]
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(settings.cache_dir))  # memoized training is reused, not redone
+    memo_entries = sorted((settings.cache_dir / "memo").glob("*.json"))
     execute(notebook, lesson.parent, timeout=600)
+    assert sorted((settings.cache_dir / "memo").glob("*.json")) == memo_entries, \
+        "the kernel ran memoized calls again instead of reusing the page's results"
 
     blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs[0]) if b.kind == "exec"]
     cells = _exec_cells(notebook)

@@ -32,7 +32,9 @@ ENGINE = Path(__file__).parent
 def environment_fingerprint() -> str:
     """What every page depends on besides its own inputs: installed versions, Python, the
     engine's own code, the device and the seed."""
-    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
+    # A set: a checkout's own lessonlib.egg-info is found again when the working folder is on
+    # sys.path (a kernel started elsewhere is not), and must not change the fingerprint.
+    installed = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions()})
     facts = [FORMAT, platform.python_version(), platform.machine(), installed,
              os.environ.get("LESSONLIB_DEVICE", "cpu"), SEED]
     h = hashlib.sha256(json.dumps(facts).encode())
