@@ -87,18 +87,17 @@ FAILURES = {
 }
 
 
-@pytest.mark.parametrize("kind", FAILURES)
-def test_a_failing_page_stops_build_and_cli_with_its_line_and_is_not_published(tmp_path, kind):
-    body, line, message = FAILURES[kind]
-    site = make_site(tmp_path, {"index.md": "# Home\n", "sub/bad.md": f"---\ntitle: Bad\n---\n\n{body}"})
+def test_failing_pages_stop_build_and_cli_each_with_its_line_and_are_not_published(tmp_path):
+    """One site holds one page per kind of failure: the build and the CLI name every one."""
+    pages = {f"sub/{kind}.md": f"---\ntitle: Bad\n---\n\n{body}" for kind, (body, _, _) in FAILURES.items()}
+    site = make_site(tmp_path, {"index.md": "# Home\n", **pages})
     result = build(site)
-    assert result.returncode != 0
-    assert f"docs/sub/bad.md:{line}: {message}" in result.stderr
-    assert not (site / "site/sub/bad/index.html").exists()
-
-    cli = lessonlib_cli(site, "run", "docs/sub/bad.md")
-    assert cli.returncode == 1
-    assert f"\ndocs/sub/bad.md:{line}: {message}" in f"\n{cli.stderr}"  # at the start of a line: editors jump to it
+    cli = lessonlib_cli(site, "run", *(f"docs/{page}" for page in pages))
+    assert result.returncode != 0 and cli.returncode == 1
+    for kind, (_, line, message) in FAILURES.items():
+        assert f"docs/sub/{kind}.md:{line}: {message}" in result.stderr, kind
+        assert not (site / f"site/sub/{kind}/index.html").exists(), kind
+        assert f"\ndocs/sub/{kind}.md:{line}: {message}" in f"\n{cli.stderr}", kind  # editors jump to it
 
 
 def test_cli_prints_outputs_and_inline_values_and_exports_notebooks(tmp_path):
