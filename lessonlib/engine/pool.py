@@ -163,7 +163,7 @@ def _check(r: _Running, memory_limit_mb: float | None) -> Ran | LessonError | No
         return _stopped(r, f"block timed out after {r.limit:g} s")
     if memory_limit_mb and _memory_mb(r.process.pid) > memory_limit_mb:
         return _stopped(r, f"used more than the page's memory limit of {memory_limit_mb:,.0f} MB "
-                           "(memory_limit in mkdocs.yml)")
+                           "(memory_limit_mb in mkdocs.yml)")
     return None
 
 

@@ -82,7 +82,7 @@ class Session:
             result.figures = [Figure(s, self._caption(block)) for s in svgs]
         if output.overflowed or result.size > self.output_limit:
             raise LessonError(self.path, block.start + 1, f"this block's output is larger than the limit of "
-                              f"{self.output_limit / 1024:,.0f} KB (output_limit in mkdocs.yml): print less")
+                              f"{self.output_limit / 1024:,.0f} KB (output_limit_kb in mkdocs.yml): print less")
         return result
 
     def _caption(self, block: Block) -> str:
