@@ -150,3 +150,15 @@ def test_concurrent_builds_of_one_checkout_run_each_page_once(tmp_path):
     assert [a.wait(timeout=300), b.wait(timeout=300)] == [0, 0], (a_err.read_text(), b_err.read_text())
     assert log.read_text().count("ran") == 1
     assert "docs/slow.md: from cache" in b_err.read_text()
+
+
+def test_a_page_that_used_a_process_pool_exits_cleanly(tmp_path):
+    """The pool's workers (here each made a tqdm lock, a semaphore) are stopped, not killed: no
+    leaked-resource warning at the end of a run."""
+    page = ("```python exec\nfrom joblib import Parallel, delayed\nfrom tqdm import tqdm\n"
+            "def work(i):\n    with tqdm(disable=True):\n        return i\n"
+            "print(sum(Parallel(n_jobs=2)(delayed(work)(i) for i in range(4))))\n```\n")
+    site = make_site(tmp_path, {"pool.md": page})
+    result = lessonlib_cli(site, "run", "docs/pool.md")
+    assert result.returncode == 0 and "6\n" in result.stdout, result.stderr
+    assert "leaked" not in result.stderr, result.stderr

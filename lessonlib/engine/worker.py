@@ -102,5 +102,8 @@ def _clean_up_like_an_exit() -> None:
     loky = sys.modules.get("joblib.externals.loky.reusable_executor")
     executor = getattr(loky, "_executor", None)
     if executor is not None:
-        executor.shutdown(wait=True, kill_workers=True)  # else exiting waits on its idle workers
+        # Asked to stop, not killed: a killed worker leaves what it registered (tqdm's lock, a
+        # semaphore) to the resource tracker, which then warns of leaks. Not stopped, exiting
+        # would wait on its idle workers.
+        executor.shutdown(wait=True, kill_workers=False)
     atexit._run_exitfuncs()
