@@ -36,7 +36,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DATED = {"sitemap.xml", "sitemap.xml.gz"}  # MkDocs writes the build date into these
-RAN = re.compile(r"lessonlib: (\S+): ran (\d+) blocks in ([\d.]+) s")
+RAN = re.compile(r"lessonlib: (?:\[\d+/\d+\] )?(\S+): ran (\d+) blocks in ([\d.]+) s")
 
 
 def build(cache: Path, out: Path, execute: bool = True, config: Path = ROOT / "mkdocs.yml", strict: bool = True,
