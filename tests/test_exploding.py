@@ -53,7 +53,7 @@ def test_train_step_clips_each_model_on_its_own(device):
     models = [memory_task.build("rnn", s) for s in seeds]
     for m in models:
         set_spectral_radius(m.rnn, 3.0)
-    reference = [memory_task.build("rnn", s) for s in seeds]
+    reference = [memory_task.build("rnn", s, device=device) for s in seeds]  # torch's nn.RNN, on the same device
     for ours, ref in zip(models, reference):
         ref.load_state_dict(ours.state_dict())
     group = BatchedRNNClassifier(models).to(device)
@@ -62,14 +62,15 @@ def test_train_step_clips_each_model_on_its_own(device):
     opt = torch.optim.SGD(group.parameters(), lr=1.0)
     _, labels, losses, norms = memory_task.train_step(group, opt, generators, length, protocol, device)
     # the same batches, drawn again, through each reference model on its own
-    batches = [memory_task.make_batch(protocol.batch, length, g, "cpu") for g in memory_task.data_streams(seeds)]
+    batches = [memory_task.make_batch(protocol.batch, length, g, device) for g in memory_task.data_streams(seeds)]
     for m, (ref, (tokens, y)) in enumerate(zip(reference, batches)):
-        loss = nn.functional.cross_entropy(ref(tokens), y)
-        loss.backward()
+        with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # full fp32 for nn.RNN on a GPU
+            loss = nn.functional.cross_entropy(ref(tokens), y)
+            loss.backward()
         expected = nn.utils.clip_grad_norm_(ref.parameters(), math.inf)
-        assert torch.equal(labels[m].cpu(), y)
-        torch.testing.assert_close(losses[m].cpu(), loss.detach(), rtol=1e-4, atol=1e-5)
-        torch.testing.assert_close(norms[m].cpu(), expected, rtol=1e-3, atol=1e-5)
+        assert torch.equal(labels[m], y)
+        torch.testing.assert_close(losses[m], loss.detach(), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(norms[m], expected, rtol=1e-3, atol=1e-5)
         assert expected > 10 * clip  # so the clip did act
         moved = torch.cat([(p.detach() - b)[m].flatten() for p, b in zip(group.parameters(), before)]).norm()
         assert moved == pytest.approx(clip, rel=1e-3)
