@@ -186,8 +186,14 @@ def diagnose(attend: Attend) -> str | None:
     Tried on a batch of several decoder steps (as in training) and on a single step (as in
     greedy decoding, T_out = 1), with T_out != T_in so that a transposed result shows.
     """
-    for B, T_out, T_in, H, seed in ((2, 3, 5, 16, 0), (3, 1, 7, 16, 1)):
-        problem = _diagnose_one(attend, B, T_out, T_in, H, seed)
+    return _first_problem(_diagnose_one, attend, ((2, 3, 5, 16, 0), (3, 1, 7, 16, 1)))
+
+
+def _first_problem(diagnose_one: Callable[..., str | None], attend: Attend,
+                   cases: tuple[tuple[int, int, int, int, int], ...]) -> str | None:
+    """The first problem diagnose_one finds over the cases (B, T_out, T_in, H, seed), if any."""
+    for B, T_out, T_in, H, seed in cases:
+        problem = diagnose_one(attend, B, T_out, T_in, H, seed)
         if problem:
             if T_out == 1:
                 problem += " (This happened for a single decoding step, T_out = 1.)"
@@ -265,13 +271,7 @@ def diagnose_mask(attend: Attend) -> str | None:
     problem = diagnose(attend)
     if problem:
         return "called without a mask: " + problem
-    for B, T_out, T_in, H, seed in ((4, 3, 6, 16, 2), (3, 1, 7, 16, 3)):
-        problem = _diagnose_mask_one(attend, B, T_out, T_in, H, seed)
-        if problem:
-            if T_out == 1:
-                problem += " (This happened for a single decoding step, T_out = 1.)"
-            return problem
-    return None
+    return _first_problem(_diagnose_mask_one, attend, ((4, 3, 6, 16, 2), (3, 1, 7, 16, 3)))
 
 
 def check_mask(attend: Attend) -> None:
