@@ -29,10 +29,10 @@ def device() -> torch.device:
 
 
 def cpus() -> int:
-    """CPU cores this page may use: its share when the build runs pages side by side
-    (LESSONLIB_CPUS, set by the engine), else every core. Results must not depend on it."""
-    share = os.environ.get("LESSONLIB_CPUS")
-    return int(share) if share else len(os.sched_getaffinity(0))
+    """How many processes an experiment may start: one per core it may run on. Pages that run
+    side by side all get every core and the kernel shares them, so the cores a finished page
+    frees go to the pages still running. Results must not depend on it."""
+    return len(os.sched_getaffinity(0))
 
 
 @contextmanager

@@ -7,6 +7,7 @@ environment variables it read, the installed versions. Each test changes one of 
 from __future__ import annotations
 
 import importlib
+import re
 import uuid
 from importlib.metadata import version
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lessonlib.engine import cache as cache_module
-from lessonlib.engine.page import PACKAGE_ROOT, Settings, execute_page
+from lessonlib.engine.page import PACKAGE_ROOT, Settings, execute_page, execute_pages
 
 PATH = "docs/fixture.md"
 
@@ -132,7 +133,10 @@ def test_a_changed_installed_version_invalidates(tmp_path, settings, monkeypatch
 
     def one_upgraded():
         for d in real():
-            yield type("Dist", (), {"metadata": d.metadata, "version": "0.0.1" if d.metadata["Name"] == "tqdm" else d.version})
+            text = d.read_text("METADATA") or d.read_text("PKG-INFO")
+            if d.metadata["Name"] == "tqdm":
+                text = re.sub(r"^Version: .*$", "Version: 0.0.1", text, count=1, flags=re.M)
+            yield type("Dist", (), {"read_text": lambda self, name, text=text: text})()
 
     monkeypatch.setattr(cache_module, "distributions", one_upgraded)
     execute_page(page_with_side_effect(log), PATH, settings)
@@ -276,3 +280,46 @@ def test_memo_refresh_reruns_and_a_hit_equals_a_miss(tmp_path, settings, experim
     forced = execute_page(memo_page(log), PATH, Settings(root=tmp_path, cache_dir=settings.cache_dir, refresh=True))
     assert runs(log) == 2
     assert first.outputs == forced.outputs
+
+
+SHARED_CALL = """\
+```python exec
+import os, time, lessonlib
+from experiment import train
+open(os.path.join({barrier!r}, {name!r}), "w").close()
+while len(os.listdir({barrier!r})) < 2:  # both pages reach the call together
+    time.sleep(0.01)
+result = train(10, {log!r})
+```
+
+`{{py}} result`
+"""
+
+
+def test_pages_side_by_side_compute_a_shared_memoized_call_once(tmp_path, tmp_path_factory, settings, experiment):
+    """Both pages miss at the same moment; the second waits for the first's result instead of
+    computing it again (the call takes long enough that, without the lock, both would run it)."""
+    log, barrier = tmp_path / "log", tmp_path_factory.mktemp("barrier")
+    (experiment / "helpers.py").write_text("import time\n\ndef twice(x):\n    time.sleep(1)\n    return 2 * x\n")
+    pages = [(SHARED_CALL.format(barrier=str(barrier), name=name, log=str(log)), f"docs/{name}.md") for name in "ab"]
+    a, b = execute_pages(pages, Settings(root=tmp_path, cache_dir=settings.cache_dir, workers=2))
+    assert runs(log) == 1
+    assert a.outputs[1] == b.outputs[1]
+
+
+def test_the_page_that_took_longest_last_time_starts_first(tmp_path, settings):
+    """Never run: the page with the most code first. After one run: the slowest first, even
+    when its code has changed since (one worker, so the order is visible in the report)."""
+    slow = "```python exec\nimport time\ntime.sleep(1){}\n```\n"
+    quick = "```python exec\n" + "".join(f"x{i} = {i}\n" for i in range(40)) + "{}```\n"
+    one_worker = Settings(root=tmp_path, cache_dir=settings.cache_dir, workers=1)
+
+    def order(edit: str) -> list[str]:
+        lines: list[str] = []
+        execute_pages([(slow.format(edit), "docs/slow.md"), (quick.format(edit), "docs/quick.md")], one_worker,
+                      report=lines.append)
+        return [line.split()[1].rstrip(":") for line in lines if line.startswith("[")]
+
+    assert order("") == ["docs/quick.md", "docs/slow.md"]
+    assert order("\nedited = 1") == ["docs/slow.md", "docs/quick.md"]
+

@@ -1,7 +1,8 @@
 """Split a lesson page into prose and executable blocks, keeping Markdown line numbers.
 
 markdown-it-py finds the fences; its indented-code rule is disabled so that fences nested in
-admonitions, tabs and lists (indented by four spaces) are found too.
+admonitions, tabs and lists (indented by four spaces) are found too, and so is its inline
+parsing, which only fences do not need.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from lessonlib.engine.errors import LessonError
 FLAGS = {"hide-code", "hide-output", "html", "timing"}
 KEYED = {"caption", "timeout"}
 
-_md = MarkdownIt("commonmark").disable("code")
+_md = MarkdownIt("commonmark").disable(["code", "inline"])
 # Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
 # an inline value is a single-backtick span `{py} expr` or `{py} expr:spec`, and a deliberate
 # literal in prose (a year, "Figure 2") is `{lit} text`, shown as plain text.

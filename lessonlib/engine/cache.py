@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import tempfile
 from dataclasses import asdict, dataclass
 from importlib.metadata import distributions
@@ -25,22 +26,35 @@ from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import BlockOutput, Figure, PageOutputs
 
-FORMAT = 2  # bump when the stored layout or the rendering contract changes
+FORMAT = 3  # bump when the stored layout or the rendering contract changes
 ENGINE = Path(__file__).parent
 
 
 def environment_fingerprint() -> str:
     """What every page depends on besides its own inputs: installed versions, Python, the
     engine's own code, the device and the seed."""
-    # A set: a checkout's own lessonlib.egg-info is found again when the working folder is on
-    # sys.path (a kernel started elsewhere is not), and must not change the fingerprint.
-    installed = sorted({f"{d.metadata['Name']}=={d.version}" for d in distributions()})
-    facts = [FORMAT, platform.python_version(), platform.machine(), installed,
+    facts = [FORMAT, platform.python_version(), platform.machine(), installed(),
              os.environ.get("LESSONLIB_DEVICE", "cpu"), SEED]
     h = hashlib.sha256(json.dumps(facts).encode())
     for path in sorted(ENGINE.glob("*.py")):
         h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()
+
+
+_HEADER = re.compile(r"^(Name|Version):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+
+
+def installed() -> list[str]:
+    """Every installed distribution as "name==version". A set: a checkout's own lessonlib.egg-info
+    is found again when the working folder is on sys.path (a kernel started elsewhere is not), and
+    must not change the fingerprint. Read from the metadata's header alone: parsing whole files
+    as e-mail (Distribution.metadata) took most of a warm build's own time."""
+    found = set()
+    for d in distributions():
+        header = (d.read_text("METADATA") or d.read_text("PKG-INFO") or "").split("\n\n", 1)[0]
+        fields = dict(_HEADER.findall(header))
+        found.add(f"{fields.get('Name')}=={fields.get('Version')}")
+    return sorted(found)
 
 
 def page_key(page: ParsedPage, environment: str) -> str:
@@ -54,13 +68,23 @@ def page_key(page: ParsedPage, environment: str) -> str:
 class Entry:
     outputs: PageOutputs
     manifest: Manifest
-    seconds: float  # how long the run took: the build starts the longest pages first
 
 
 class PageCache:
     def __init__(self, root: Path) -> None:
         self.root = Path(root) / "pages"
         self.locks = Path(root) / "locks"
+        self.durations = Path(root) / "seconds"  # per page path, whatever its key: a hint for scheduling
+
+    def last_seconds(self, path: str) -> float | None:
+        """How long the page at `path` took the last time it ran, if it ever did (its code may differ now)."""
+        try:
+            return float((self.durations / _name(path)).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def note_seconds(self, path: str, seconds: float) -> None:
+        write_atomically(self.durations / _name(path), f"{seconds:.3f}")
 
     def load(self, key: str) -> Entry | None:
         """The stored entry, or None when absent, truncated or corrupt (a bad entry is removed)."""
@@ -71,7 +95,7 @@ class PageCache:
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
             blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]]) for b in payload["blocks"]]
-            return Entry((blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]), payload["seconds"])
+            return Entry((blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
@@ -81,21 +105,26 @@ class PageCache:
     def store(self, key: str, entry: Entry) -> None:
         blocks, inline = entry.outputs
         payload = {"blocks": [asdict(b) for b in blocks], "inline": inline,
-                   "manifest": entry.manifest.to_json(), "seconds": entry.seconds}
+                   "manifest": entry.manifest.to_json()}
         write_atomically(self.root / f"{key}.json", json.dumps({"checksum": _checksum(payload), "payload": payload}))
 
     def lock(self, key: str, wait: bool) -> IO | None:
-        """The page's lock, held until the returned file is closed; None if another build holds
-        it and `wait` is False. The kernel drops a flock when its process dies, so a killed
-        build leaves no stale lock behind."""
-        self.locks.mkdir(parents=True, exist_ok=True)
-        handle = open(self.locks / f"{key}.lock", "w")  # noqa: SIM115 (the caller closes it)
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            handle.close()
-            return None
-        return handle
+        """The page's lock (see file_lock)."""
+        return file_lock(self.locks / f"{key}.lock", wait)
+
+
+def file_lock(path: Path, wait: bool = True) -> IO | None:
+    """An exclusive lock, held until the returned file is closed; None if another process holds
+    it and `wait` is False. The kernel drops a flock when its process dies, so a killed build
+    leaves no stale lock behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")  # noqa: SIM115 (the caller closes it)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -109,6 +138,10 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _name(path: str) -> str:
+    return hashlib.sha256(path.encode()).hexdigest()[:32]
 
 
 def _checksum(payload: dict) -> str:

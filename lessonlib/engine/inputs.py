@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 KINDS = ("modules", "files", "dirs", "env")
-# Set by the engine to share the machine among pages; a page's results must not depend on them.
-RESOURCE_HINTS = {"LESSONLIB_CPUS"}
 
 
 def file_hash(path: str) -> str | None:
@@ -196,8 +194,6 @@ def _note(kind: str, path: str) -> None:
 
 
 def _note_env_read(key: str) -> None:
-    if key in RESOURCE_HINTS:
-        return
     frame = sys._getframe(2)  # past our wrapper and the _Environ method that called it
     while frame is not None and frame.f_code.co_filename in _FROM_MAPPINGS:
         frame = frame.f_back

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-from html.parser import HTMLParser
 
 from latex2mathml.converter import convert
 
@@ -25,44 +24,26 @@ def to_mathml(page_html: str) -> str:
 # inside rendered math, a command latex2mathml did not know (it shows it as text).
 _RAW_TEX = re.compile(r"\$[^$\n]*\$|\\[()\[\]]|\\[a-zA-Z]{2,}")
 _RAW_COMMAND = re.compile(r"\\[a-zA-Z]+")
-_SKIP = {"code", "pre", "script", "style", "kbd", "samp"}
-
-
-class _ProseText(HTMLParser):
-    """Raw TeX in the page's text: outside code and scripts, and inside rendered math."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[str] = []  # per open element: "skip", "math" or "text"
-        self.leaks: list[str] = []
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in _VOID:
-            return
-        outer = self.stack[-1] if self.stack else "text"
-        kind = "skip" if outer == "skip" or tag in _SKIP else "math" if outer == "math" or tag == "math" else "text"
-        self.stack.append(kind)
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag not in _VOID and self.stack:
-            self.stack.pop()
-
-    def handle_data(self, data: str) -> None:
-        kind = self.stack[-1] if self.stack else "text"
-        if kind != "skip":
-            self.leaks += (_RAW_COMMAND if kind == "math" else _RAW_TEX).findall(data)
-
-
-_VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"}
+# One pass over the page, in order: an element whose text is not prose (code, scripts: skipped
+# whole), rendered math (its text may only hold MathML, no TeX command), or any other tag.
+_TOKEN = re.compile(r"<(code|pre|script|style|kbd|samp)\b[^>]*>.*?</\1\s*>|<math\b[^>]*>(.*?)</math\s*>|<[^>]*>",
+                    re.DOTALL | re.IGNORECASE)
+_TAG = re.compile(r"<[^>]*>")
 
 
 def leftover_tex(page_html: str) -> list[str]:
     """Raw TeX a reader would see, in a page whose math is rendered (to_mathml): e.g. "$n = $ 768"
-    (a `$` after a space does not close math), or a command inside a formula that has no MathML."""
-    parser = _ProseText()
-    parser.feed(page_html)
-    parser.close()
-    return parser.leaks
+    (a `$` after a space does not close math), or a command inside a formula that has no MathML.
+    Text is read between tags, so a match never spans one."""
+    leaks: list[str] = []
+    start = 0
+    for token in _TOKEN.finditer(page_html):
+        leaks += _RAW_TEX.findall(html.unescape(page_html[start : token.start()]))
+        if token.group(2) is not None:
+            for text in _TAG.split(token.group(2)):
+                leaks += _RAW_COMMAND.findall(html.unescape(text))
+        start = token.end()
+    return leaks + _RAW_TEX.findall(html.unescape(page_html[start:]))
 
 
 def source_line(snippet: str, lines: list[str]) -> int:

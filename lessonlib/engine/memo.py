@@ -1,7 +1,8 @@
 """Memoize expensive experiment functions across builds, without ever returning a stale result.
 
 A call is looked up by the function (its code, not its line numbers) and its arguments
-(joblib.hash). The stored result is used only while everything the call reached is unchanged:
+(joblib.hash). Pages running side by side that make the same call compute it once: the second
+waits for the first's result (a lock per call). The stored result is used only while everything the call reached is unchanged:
 recorded during the run that produced it, like a page's inputs (lessonlib.engine.inputs) —
 the project modules whose code ran (with the project modules they reference, which covers work
 sent to worker processes), the page's functions it called (by code), the page's globals those
@@ -33,7 +34,7 @@ import joblib
 import numpy as np
 
 from lessonlib.engine import SEED
-from lessonlib.engine.cache import environment_fingerprint, write_atomically
+from lessonlib.engine.cache import environment_fingerprint, file_lock, write_atomically
 from lessonlib.engine.inputs import Manifest, Recorder, note
 
 F = TypeVar("F", bound=Callable)
@@ -50,6 +51,7 @@ class MemoStore:
 
 
 _store: ContextVar[MemoStore | None] = ContextVar("memo_store", default=None)
+_locking: ContextVar[bool] = ContextVar("memo_locking", default=False)  # inside a locked call
 
 
 def memo(func: F) -> F:
@@ -109,11 +111,32 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
     key = hashlib.sha256(json.dumps(
         [name, code_hash(func.__code__), joblib.hash((args, kwargs)), store.environment]).encode()).hexdigest()
     entry_path, result_path = store.root / f"{key}.json", store.root / f"{key}.pkl"
-    if not store.refresh:
-        entry = _valid_entry(store, entry_path, result_path)
-        if entry is not None:
-            note(Manifest.from_json(entry["manifest"]))  # the page depends on what the call read
-            return joblib.load(result_path)
+    stored = _MISSING if store.refresh else _stored_result(store, entry_path, result_path)
+    if stored is not _MISSING:
+        return stored
+    if _locking.get():  # a memoized call inside one: a second lock could deadlock with a page taking them in the other order
+        return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
+    lock, token = file_lock(store.root / f"{key}.lock"), _locking.set(True)
+    try:  # another page may have stored it while this one waited
+        stored = _MISSING if store.refresh else _stored_result(store, entry_path, result_path)
+        if stored is not _MISSING:
+            return stored
+        return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
+    finally:
+        _locking.reset(token)
+        lock.close()
+
+
+def _stored_result(store: MemoStore, entry_path: Path, result_path: Path) -> Any:
+    entry = _valid_entry(store, entry_path, result_path)
+    if entry is None:
+        return _MISSING
+    note(Manifest.from_json(entry["manifest"]))  # the page depends on what the call read
+    return joblib.load(result_path)
+
+
+def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwargs: dict,
+                   entry_path: Path, result_path: Path) -> Any:
     recorder = Recorder(store.roots, store.ignored, code_files=set())
     with recorder.recording(), _CodeTracer(recorder) as tracer:
         result = func(*args, **kwargs)

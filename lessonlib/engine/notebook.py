@@ -12,7 +12,7 @@ import ast
 import doctest
 
 import nbformat
-from nbformat import v4
+from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import Block, ParsedPage
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
@@ -29,14 +29,14 @@ start_page()"""
 def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> nbformat.NotebookNode:
     """Inline values are filled in and block outputs attached when the page has run."""
     blocks_out, values = outputs if outputs else (None, None)
-    cells = [_tagged(v4.new_code_cell(SETUP), "setup")]
+    cells = [_code(SETUP, "setup")]
     prose: list[str] = []
     line = 0
 
     def flush() -> None:
         text = "".join(prose).strip()
         if text:
-            cells.append(v4.new_markdown_cell(text))
+            cells.append(from_dict({"cell_type": "markdown", "metadata": {}, "source": text}))
         prose.clear()
 
     for index, block in enumerate(page.blocks):
@@ -56,24 +56,30 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> nbformat.Noteb
     return notebook
 
 
-def _code_cell(block: Block, output: BlockOutput | None) -> nbformat.NotebookNode:
-    cell = v4.new_code_cell(_quiet(block.code.rstrip()))
+def _code(source: str, tag: str | None = None, outputs: tuple[dict, ...] = ()) -> NotebookNode:
+    """A code cell, built as plain data: nbformat's new_code_cell validates every cell, which
+    costs more than the rest of the export; the whole notebook is validated when written."""
+    return from_dict({"cell_type": "code", "execution_count": None, "metadata": {"tags": [tag]} if tag else {},
+                      "source": source, "outputs": list(outputs)})
+
+
+def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
+    outputs = []
     if output is not None:
         if output.text:
-            cell.outputs.append(v4.new_output("stream", name="stdout", text=output.text))
-        for figure in output.figures:
-            cell.outputs.append(v4.new_output("display_data", data={"image/svg+xml": figure.svg, "text/plain": figure.alt}))
-    return _tagged(cell, "timing") if "timing" in block.options else cell
+            outputs.append({"output_type": "stream", "name": "stdout", "text": output.text})
+        outputs += [{"output_type": "display_data", "metadata": {},
+                     "data": {"image/svg+xml": figure.svg, "text/plain": figure.alt}} for figure in output.figures]
+    return _code(_quiet(block.code.rstrip()), "timing" if "timing" in block.options else None, tuple(outputs))
 
 
-def _examples(block: Block) -> list[nbformat.NotebookNode]:
+def _examples(block: Block) -> list[NotebookNode]:
     cells = []
     for example in doctest.DocTestParser().get_examples(block.code):
-        cell = _tagged(v4.new_code_cell(example.source.rstrip()), "pycon")
-        if example.want:
-            cell.outputs.append(v4.new_output("execute_result", data={"text/plain": example.want.rstrip("\n")},
-                                              execution_count=None))
-        cells.append(cell)
+        want = example.want.rstrip("\n")
+        result = {"output_type": "execute_result", "execution_count": None, "metadata": {},
+                  "data": {"text/plain": want}}
+        cells.append(_code(example.source.rstrip(), "pycon", (result,) if example.want else ()))
     return cells
 
 
@@ -97,7 +103,3 @@ def _quiet(code: str) -> str:
 def _is_print(call: ast.Call) -> bool:
     return isinstance(call.func, ast.Name) and call.func.id == "print"
 
-
-def _tagged(cell: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
-    cell.metadata["tags"] = [tag]
-    return cell

@@ -128,15 +128,14 @@ class _Run:
         keys = {index: page_key(page, self.environment) for index, page in todo}
         misses, locks = [], {}
         for index, page in todo:
-            hit, seconds = self._lookup(page, keys[index])
+            hit = self._lookup(page, keys[index])
             if hit is not None:
                 results[index] = hit
             else:
-                misses.append((seconds, index, page))
-        # The longest first (as last time; never run: the most code), so no worker ends on a long page.
-        misses.sort(key=lambda miss: (-miss[0], -sum(len(b.code) for b in miss[2].blocks)))
+                misses.append((index, page))
+        misses.sort(key=self._longest_first)
         claimed, held_elsewhere = [], []
-        for _, index, page in misses:
+        for index, page in misses:
             lock = self.cache.lock(keys[index], wait=False) if self.cache else None
             if self.cache and lock is None:
                 held_elsewhere.append((index, page))
@@ -148,7 +147,7 @@ class _Run:
             for index, page in held_elsewhere:  # another build is running them: wait, then read its result
                 self.report(f"{page.path}: waiting for another build that is running this page")
                 locks[index] = self.cache.lock(keys[index], wait=True)
-                hit, _ = self._lookup(page, keys[index])
+                hit = self._lookup(page, keys[index])
                 if hit is not None:
                     results[index] = hit
                 else:
@@ -157,39 +156,46 @@ class _Run:
             for lock in locks.values():
                 if lock is not None:
                     lock.close()
-        ran = sum(1 for _, i, _ in misses if isinstance(results[i], PageResult) and not results[i].from_cache)
+        ran = sum(1 for i, _ in misses if isinstance(results[i], PageResult) and not results[i].from_cache)
         pages = f"{len(todo)} page{'s' if len(todo) != 1 else ''}"
         workers = self._workers(len(misses))
         self.report(f"{pages}: {ran} ran, {len(todo) - len(misses)} from cache, in "
                     f"{time.perf_counter() - started:.1f} s" + (f" with {workers} workers" if workers > 1 else ""))
 
-    def _lookup(self, page: ParsedPage, key: str) -> tuple[PageResult | None, float]:
-        """A result from the cache if every recorded input is unchanged; else how long the page
-        took last time (infinity if it never ran: unknown pages start first)."""
+    def _lookup(self, page: ParsedPage, key: str) -> PageResult | None:
+        """A result from the cache if every recorded input is unchanged."""
         started = time.perf_counter()
         entry = self.cache.load(key) if self.cache else None
         if entry is None:
-            return None, float("inf")
+            return None
         changed = entry.manifest.changed()
         if changed or self.settings.refresh:
             if changed:
                 self.report(f"{page.path}: runs again: {changed}")
-            return None, entry.seconds
+            return None
         result = self._result(page, key, entry.outputs, entry.manifest)
         result.from_cache, result.seconds = True, time.perf_counter() - started
         self.report(result.summary)
-        return result, entry.seconds
+        return result
+
+    def _longest_first(self, miss: tuple[int, ParsedPage]) -> tuple[float, int]:
+        """Start the longest pages first, so that no worker ends the build on a long page alone:
+        as long as last time (any version of the page); a page never run first, the most code first."""
+        page = miss[1]
+        seconds = self.cache.last_seconds(page.path) if self.cache else None
+        return (-(seconds if seconds is not None else float("inf")), -sum(len(b.code) for b in page.blocks))
 
     def _run(self, claimed: list[tuple[int, ParsedPage]], keys: dict, locks: dict[int, IO | None],
              results: list, total: int) -> None:
-        tasks = [Task(self._job(page, len(claimed)), page, self.settings.timeout) for _, page in claimed]
+        tasks = [Task(self._job(page), page, self.settings.timeout) for _, page in claimed]
         index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
         workers = self._workers(len(tasks))
         for done, (task, outcome) in enumerate(run_pages(tasks, workers, self.settings.memory_limit_mb), start=1):
             index = index_of[id(task)]
             if isinstance(outcome, Ran):
                 if self.cache:
-                    self.cache.store(keys[index], Entry(outcome.outputs, outcome.manifest, outcome.seconds))
+                    self.cache.store(keys[index], Entry(outcome.outputs, outcome.manifest))
+                    self.cache.note_seconds(task.page.path, outcome.seconds)
                 result = self._result(task.page, keys[index], outcome.outputs, outcome.manifest)
                 result.blocks_run, result.seconds = len(task.page.blocks), outcome.seconds
                 results[index] = result
@@ -201,13 +207,12 @@ class _Run:
             if lock is not None:
                 lock.close()
 
-    def _job(self, page: ParsedPage, pages_at_once: int) -> PageJob:
-        cpus = max(1, cpu_count() // max(1, min(self._workers(pages_at_once), pages_at_once)))
+    def _job(self, page: ParsedPage) -> PageJob:
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))
         stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
         return PageJob(page.path, "".join(page.lines), str(self.settings.root), roots, cache_dir,
-                       self.settings.refresh, int(self.settings.output_limit_kb * 1024), cpus, str(stack),
+                       self.settings.refresh, int(self.settings.output_limit_kb * 1024), str(stack),
                        self.environment, tuple(os.environ.items()))
 
     def _workers(self, pages: int) -> int:

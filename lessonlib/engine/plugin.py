@@ -55,6 +55,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         self.results = {r.page.path: r for r in results}
 
     def on_page_markdown(self, markdown, page, config, files):
+        if not page.file.src_uri.endswith(".md"):  # a notebook page (mkdocs-jupyter renders it)
+            return markdown
         path = self._rel(page.file.abs_src_path)
         text = Path(page.file.abs_src_path).read_text(encoding="utf-8")
         # MkDocs hands over the page without its front matter: its first `offset` lines.

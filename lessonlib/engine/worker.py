@@ -36,7 +36,6 @@ class PageJob:
     cache_dir: str | None  # memoized results live under it (never recorded as an input)
     refresh: bool  # run memoized calls again too
     output_limit: int  # bytes per block
-    cpus: int  # this page's share of the machine, for the processes it starts (LESSONLIB_CPUS)
     stack_file: str  # where the worker writes its Python stack on a crash or when asked
     environment: str  # the environment fingerprint, for memo keys
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
@@ -56,7 +55,7 @@ def main(conn: Connection, job: PageJob) -> None:
     os.chdir(job.folder)  # a page reads its data files and imports its helpers from its own folder
     sys.path.insert(0, str(job.folder))
     os.environ.clear()
-    os.environ.update(dict(job.variables), LESSONLIB_CPUS=str(job.cpus))
+    os.environ.update(dict(job.variables))
     try:
         message = ("done", *_run(conn, job))
     except LessonError as e:

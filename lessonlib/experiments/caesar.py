@@ -115,11 +115,11 @@ def train(causal: bool, seed: int = 0, protocol: CaesarProtocol = PROTOCOL, devi
 def train_both(seed: int = 0, protocol: CaesarProtocol = PROTOCOL, device: Device = "cpu",
                workers: int | None = None) -> dict[str, Trained]:
     """{"masked": ..., "unmasked": ...}: train() with and without the mask. On a CPU the two run
-    side by side in `workers` processes (default: one per core of the page's share, at most two); the results do not
+    side by side in `workers` processes (default: one per core, at most two); the results do not
     depend on it."""
     device = torch.device(device)
     if workers is None:
-        workers = 1 if device.type != "cpu" else min(2, cpus())  # this page's share of the cores
+        workers = 1 if device.type != "cpu" else min(2, cpus())
     runs = Parallel(n_jobs=workers)(
         delayed(train)(causal, seed, protocol, str(device), progress=False) for causal in (True, False))
     return dict(zip(("masked", "unmasked"), runs))

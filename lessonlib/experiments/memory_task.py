@@ -271,7 +271,7 @@ def sweep(
     """
     device = torch.device(device)
     if workers is None:
-        workers = 1 if device.type != "cpu" else cpus()  # this page's share when pages run side by side
+        workers = 1 if device.type != "cpu" else cpus()
     jobs = []  # (model, length, the seeds that train together)
     for m in models:
         for L in lengths:
