@@ -7,9 +7,11 @@ Builds, each into a scratch folder with a scratch cache:
   (a1) cold with one worker (LESSONLIB_WORKERS=1): the gain from running pages side by side,
        and a reproducibility check: its site must equal (a)'s byte for byte, apart from the
        dated sitemap, measured timings (blocks marked `timing`) and the search index built from them
+  (a0) cold on one core (taskset): the gain from the second core, pages and their experiments together
   (b) warm: no change   (c) after a prose-only edit   (d) after editing one code block
   (e) floor: LESSONLIB_EXECUTE=0   (p) plain MkDocs, without the lessonlib plugin at all,
-  (q) the same after the prose edit
+  (q) the same after the prose edit   (r) plain MkDocs on the pages as rendered (outputs and
+  figures in the Markdown): what the engine itself adds to a warm build, beyond the content it shows
 then the per-page start-up cost of a worker process against running the same page in-process,
 and `mkdocs serve`: seconds from a prose edit until the reloaded page shows it.
 Every file it edits is restored, even when interrupted.
@@ -40,13 +42,13 @@ RAN = re.compile(r"lessonlib: (?:\[\d+/\d+\] )?(\S+): ran (\d+) blocks in ([\d.]
 
 
 def build(cache: Path, out: Path, execute: bool = True, config: Path = ROOT / "mkdocs.yml", strict: bool = True,
-          **variables: str) -> tuple[float, int, list[str]]:
+          prefix: tuple[str, ...] = (), **variables: str) -> tuple[float, int, list[str]]:
     """Seconds, blocks executed, and the pages that ran."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LESSONLIB_CACHE_DIR": str(cache), **variables}
     env["LESSONLIB_EXECUTE"] = "1" if execute else "0"
     started = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", *(["--strict"] if strict else []), "-f", str(config), "-d", str(out)],
+        [*prefix, sys.executable, "-m", "mkdocs", "build", *(["--strict"] if strict else []), "-f", str(config), "-d", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     seconds = time.perf_counter() - started
@@ -116,19 +118,35 @@ def comparable(path: Path) -> str | None:
     return text
 
 
-def without_lessonlib(scratch: Path) -> Path:
-    """mkdocs.yml without the lessonlib plugin (its docs_dir made absolute): plain MkDocs."""
+def without_lessonlib(scratch: Path, docs: Path = ROOT / "docs", name: str = "mkdocs-plain.yml") -> Path:
+    """mkdocs.yml without the lessonlib plugin, for the pages in `docs`: plain MkDocs."""
     loader = type("Loader", (yaml.SafeLoader,), {})
     loader.add_constructor("!ENV", lambda load, node: load.construct_sequence(node)[-1])  # its default
     config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=loader)  # noqa: S506 (a safe loader)
     config["plugins"] = [p for p in config["plugins"] if not (isinstance(p, dict) and "lessonlib" in p) and p != "lessonlib"]
-    config["docs_dir"] = str(ROOT / "docs")
+    config["docs_dir"] = str(docs)
     # Built without --strict: to plain Markdown an exec fence whose caption holds {braces} is no
     # fence, so the headings after it (and their anchors) vanish into code. A timing baseline only.
     config["strict"] = False
-    plain = scratch / "mkdocs-plain.yml"
+    plain = scratch / name
     plain.write_text(yaml.safe_dump(config))
     return plain
+
+
+def rendered_docs(scratch: Path, cache: Path) -> Path:
+    """A copy of docs/ whose executable pages hold what the engine renders them to (from the
+    cache): Markdown with the outputs, figures and inline values in place."""
+    from lessonlib.engine.page import PageResult, Settings, execute_pages
+
+    docs = scratch / "rendered-docs"
+    shutil.copytree(ROOT / "docs", docs)
+    pages = sorted((ROOT / "docs").rglob("*.md"))
+    sources = [(p.read_text(encoding="utf-8"), p.relative_to(ROOT).as_posix()) for p in pages]
+    for page, result in zip(pages, execute_pages(sources, Settings(root=ROOT, cache_dir=cache))):
+        if not isinstance(result, PageResult) or (result.outputs is not None and not result.from_cache):
+            sys.exit(f"{page}: not rendered from the cache")
+        (docs / page.relative_to(ROOT / "docs")).write_text(result.markdown, encoding="utf-8")
+    return docs
 
 
 def page_startup_seconds(scratch: Path, pages: int = 8) -> tuple[float, float]:
@@ -211,7 +229,10 @@ def main() -> None:
         rows["p plain MkDocs"] = build(cache, scratch / "plain", config=plain, strict=False)  # first: cheap
         rows["a cold"] = build(cache, scratch / "cold")
         rows["a1 cold, 1 worker"] = build(scratch / "cache1", scratch / "cold1", LESSONLIB_WORKERS="1")
+        rows["a0 cold, one core"] = build(scratch / "cache0", scratch / "cold0", prefix=("taskset", "-c", "0"))
         rows["b warm, no change"] = build(cache, scratch / "warm")
+        rendered = without_lessonlib(scratch, rendered_docs(scratch, cache), "mkdocs-rendered.yml")
+        rows["r plain, rendered pages"] = build(cache, scratch / "rendered", config=rendered, strict=False)
         with edited(lesson, prose_edit):
             rows["c prose edit"] = build(cache, scratch / "prose")
             rows["q plain, prose edit"] = build(cache, scratch / "plain-prose", config=plain, strict=False)
@@ -226,10 +247,13 @@ def main() -> None:
         seconds = {name: row[0] for name, row in rows.items()}
         print(f"ratio a/a1 (default workers / 1 worker) = {seconds['a cold'] / seconds['a1 cold, 1 worker']:.2f}"
               "   (goal <= 0.65)")
+        print(f"ratio a/a0 (all cores / one core) = {seconds['a cold'] / seconds['a0 cold, one core']:.2f}")
         print(f"ratio b/p (warm / plain MkDocs) = {seconds['b warm, no change'] / seconds['p plain MkDocs']:.2f}"
               "   (goal <= 1.2)")
         print(f"ratio c/q (prose edit / plain MkDocs, same edit) = "
               f"{seconds['c prose edit'] / seconds['q plain, prose edit']:.2f}   (goal <= 1.2)")
+        print(f"ratio b/r (warm / plain MkDocs on the rendered pages) = "
+              f"{seconds['b warm, no change'] / seconds['r plain, rendered pages']:.2f}")
         floor = seconds["e floor (EXECUTE=0)"]
         for name in ("b warm, no change", "c prose edit", "d code edit"):
             print(f"ratio {name[0]}/e = {seconds[name] / floor:.2f}")
