@@ -1,8 +1,7 @@
 """Memoize expensive experiment functions across builds, without ever returning a stale result.
 
 A call is looked up by the function (its code, not its line numbers) and its arguments
-(joblib.hash). Pages running side by side that make the same call compute it once: the second
-waits for the first's result (a lock per call). The stored result is used only while everything the call reached is unchanged:
+(joblib.hash). The stored result is used only while everything the call reached is unchanged:
 recorded during the run that produced it, like a page's inputs (lessonlib.engine.inputs) —
 the project modules whose code ran (with the project modules they reference, which covers work
 sent to worker processes), the page's functions it called (by code), the page's globals those
@@ -11,6 +10,8 @@ code read.
 
 A memoized call always starts from seed 0 and leaves the caller's random state as it found it,
 so a hit and a miss leave every later random draw, and so every later output, the same.
+Pages running side by side that make the same call compute it once: the second waits for the
+first's result (a lock per call).
 Where results are stored: set by the page's worker; elsewhere (a notebook, a test) the
 LESSONLIB_CACHE_DIR environment variable, and without it the function simply runs.
 """
@@ -114,7 +115,8 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
     stored = _MISSING if store.refresh else _stored_result(store, entry_path, result_path)
     if stored is not _MISSING:
         return stored
-    if _locking.get():  # a memoized call inside one: a second lock could deadlock with a page taking them in the other order
+    if _locking.get():  # inside another memoized call: a second lock could deadlock with a page
+        # that takes the two in the other order
         return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
     lock, token = file_lock(store.root / f"{key}.lock"), _locking.set(True)
     try:  # another page may have stored it while this one waited
