@@ -118,7 +118,11 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
     if _locking.get():  # inside another memoized call: a second lock could deadlock with a page
         # that takes the two in the other order
         return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
-    lock, token = file_lock(store.root / f"{key}.lock"), _locking.set(True)
+    lock = file_lock(store.root / f"{key}.lock", wait=False)
+    if lock is None:  # on the build's terminal, like a progress bar (sys.stderr is the page's output)
+        print(f"{name}: waiting for another page that is computing the same call", file=sys.__stderr__, flush=True)
+        lock = file_lock(store.root / f"{key}.lock")
+    token = _locking.set(True)
     try:  # another page may have stored it while this one waited
         stored = _MISSING if store.refresh else _stored_result(store, entry_path, result_path)
         if stored is not _MISSING:
