@@ -3,6 +3,7 @@ what the page printed, block by block (timings apart), and shows as many figures
 from __future__ import annotations
 
 import doctest
+import shutil
 from pathlib import Path
 
 import nbformat
@@ -61,18 +62,21 @@ def _exec_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:
 
 @pytest.mark.lesson_results
 @pytest.mark.parametrize("lesson", LESSONS, ids=[p.stem for p in LESSONS])
-def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monkeypatch):
+def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monkeypatch, tmp_path):
     settings = load_settings(ROOT / "mkdocs.yml")
     rel = lesson.relative_to(ROOT).as_posix()
     result = execute_page(lesson.read_text(encoding="utf-8"), rel, settings)
     notebook = to_notebook(result.page, result.outputs)
     examples = [(c, c.outputs[0].data["text/plain"] if c.outputs else "") for c in notebook.cells
                 if c.metadata.get("tags") == ["pycon"]]
-    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(settings.cache_dir))  # memoized training is reused, not redone
-    memo_entries = sorted((settings.cache_dir / "memo").glob("*.json"))
+    # The kernel reuses the page's memoized training instead of redoing it. It reads a copy of
+    # the store: pages running beside this test may add entries to the build's own.
+    memo = tmp_path / "cache" / "memo"
+    shutil.copytree(settings.cache_dir / "memo", memo, ignore=shutil.ignore_patterns("*.lock", "*.tmp"))
+    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(memo.parent))
+    memo_entries = sorted(memo.glob("*.json"))
     execute(notebook, lesson.parent, timeout=600)
-    assert sorted((settings.cache_dir / "memo").glob("*.json")) == memo_entries, \
-        "the kernel ran memoized calls again instead of reusing the page's results"
+    assert sorted(memo.glob("*.json")) == memo_entries, "the kernel ran memoized calls again instead of reusing the page's results"
 
     blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs[0]) if b.kind == "exec"]
     cells = _exec_cells(notebook)
