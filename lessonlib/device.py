@@ -32,7 +32,7 @@ def cpus() -> int:
     """How many processes an experiment may start: one per core it may run on. Pages that run
     side by side all get every core and the kernel shares them, so the cores a finished page
     frees go to the pages still running. Results must not depend on it."""
-    return len(os.sched_getaffinity(0))
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 @contextmanager

@@ -1,8 +1,8 @@
 """Split a lesson page into prose and executable blocks, keeping Markdown line numbers.
 
 markdown-it-py finds the fences; its indented-code rule is disabled so that fences nested in
-admonitions, tabs and lists (indented by four spaces) are found too, and so is its inline
-parsing, which only fences do not need.
+admonitions, tabs and lists (indented by four spaces) are found too. Its inline parsing is
+disabled as well: only block tokens are read.
 """
 from __future__ import annotations
 

@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import IO
 
 import lessonlib
+from lessonlib.device import cpus
 from lessonlib.engine import SEED
 from lessonlib.engine.blocks import ParsedPage, parse_page
 from lessonlib.engine.cache import Entry, PageCache, environment_fingerprint, page_key
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
-from lessonlib.engine.pool import PageJob, Ran, Task, cpu_count, run_pages
+from lessonlib.engine.pool import PageJob, Ran, Task, run_pages
 from lessonlib.engine.render import render
 
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
@@ -216,7 +217,7 @@ class _Run:
                        self.environment, tuple(os.environ.items()))
 
     def _workers(self, pages: int) -> int:
-        return max(1, min(self.settings.workers or cpu_count(), pages))
+        return max(1, min(self.settings.workers or cpus(), pages))
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
         return PageResult(page, render(page, *outputs, footer=stamp(key)), outputs, inputs)

@@ -65,10 +65,6 @@ class _Running:
     messages: list = field(default_factory=list)
 
 
-def cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None) -> Iterator[tuple[Task, Ran | LessonError]]:
     """Run each task's page in its own process, at most `workers` at once, in the given order;
     yield each task with its result as it finishes."""
