@@ -10,8 +10,10 @@ Builds, each into a scratch folder with a scratch cache:
   (a0) cold on one core (taskset): the gain from the second core, pages and their experiments together
   (b) warm: no change   (c) after a prose-only edit   (d) after editing one code block
   (e) floor: LESSONLIB_EXECUTE=0   (p) plain MkDocs, without the lessonlib plugin at all,
-  (q) the same after the prose edit   (r) plain MkDocs on the pages as rendered (outputs and
-  figures in the Markdown): what the engine itself adds to a warm build, beyond the content it shows
+  (q) the same after the prose edit   (f) plain MkDocs with every exec fence a plain Python fence:
+  the same code highlighted, no outputs   (fq) the same after the prose edit
+  (r) plain MkDocs on the pages as rendered (outputs and figures in the Markdown): what the
+  engine itself adds to a warm build, beyond the content it shows
 then the per-page start-up cost of a worker process against running the same page in-process,
 and `mkdocs serve`: seconds from a prose edit until the reloaded page shows it.
 Every file it edits is restored, even when interrupted.
@@ -86,9 +88,10 @@ def code_edit(text: str) -> str:
 
 
 def differing_files(a: Path, b: Path) -> set[str]:
-    """Files that differ, once measured timings are taken out (see `comparable`)."""
+    """Files that differ, once measured timings are taken out (see `comparable`; a measured
+    figure is its own file, named by its content)."""
     def walk(cmp: filecmp.dircmp, prefix: str):
-        yield from (prefix + n for n in cmp.left_only + cmp.right_only)
+        yield from (prefix + n for n in cmp.left_only + cmp.right_only if not n.startswith("timing-figure-"))
         _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
         yield from (prefix + n for n in mismatch + errors
                     if comparable(Path(cmp.left, n)) != comparable(Path(cmp.right, n)))
@@ -133,10 +136,25 @@ def without_lessonlib(scratch: Path, docs: Path = ROOT / "docs", name: str = "mk
     return plain
 
 
+def docs_as_plain_code(scratch: Path) -> Path:
+    """A copy of docs/ in which every exec fence is a plain Python fence: the lessons as plain
+    MkDocs would show them if it could read them (highlighted code, no outputs). To plain MkDocs
+    `python exec ...` is no valid fence, so (p) shows that code unhighlighted or swallows the
+    prose after it into one code block: a baseline that skips most of the highlighting."""
+    docs = scratch / "plain-code-docs"
+    shutil.rmtree(docs, ignore_errors=True)
+    shutil.copytree(ROOT / "docs", docs)
+    for page in docs.rglob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        page.write_text(re.sub(r"^( *)(`{3,}|~{3,})python exec\b.*$", r"\1\2python", text, flags=re.M), encoding="utf-8")
+    return docs
+
+
 def rendered_docs(scratch: Path, cache: Path) -> Path:
     """A copy of docs/ whose executable pages hold what the engine renders them to (from the
     cache): Markdown with the outputs, figures and inline values in place."""
     from lessonlib.engine.page import PageResult, Settings, execute_pages
+    from lessonlib.engine.render import figure_files
 
     docs = scratch / "rendered-docs"
     shutil.copytree(ROOT / "docs", docs)
@@ -145,7 +163,11 @@ def rendered_docs(scratch: Path, cache: Path) -> Path:
     for page, result in zip(pages, execute_pages(sources, Settings(root=ROOT, cache_dir=cache))):
         if not isinstance(result, PageResult) or (result.outputs is not None and not result.from_cache):
             sys.exit(f"{page}: not rendered from the cache")
-        (docs / page.relative_to(ROOT / "docs")).write_text(result.markdown, encoding="utf-8")
+        rendered = docs / page.relative_to(ROOT / "docs")
+        rendered.write_text(result.markdown, encoding="utf-8")
+        for name, svg in figure_files(result.page, result.outputs[0]).items() if result.outputs else ():
+            (rendered.with_suffix("") / name).parent.mkdir(exist_ok=True)  # the page's URL folder
+            (rendered.with_suffix("") / name).write_text(svg, encoding="utf-8")
     return docs
 
 
@@ -227,6 +249,8 @@ def main() -> None:
         plain = without_lessonlib(scratch)
         rows = {}
         rows["p plain MkDocs"] = build(cache, scratch / "plain", config=plain, strict=False)  # first: cheap
+        as_code = without_lessonlib(scratch, docs_as_plain_code(scratch), "mkdocs-code.yml")
+        rows["f plain, exec as code"] = build(cache, scratch / "plain-code", config=as_code, strict=False)
         rows["a cold"] = build(cache, scratch / "cold")
         rows["a1 cold, 1 worker"] = build(scratch / "cache1", scratch / "cold1", LESSONLIB_WORKERS="1")
         rows["a0 cold, one core"] = build(scratch / "cache0", scratch / "cold0", prefix=("taskset", "-c", "0"))
@@ -236,14 +260,16 @@ def main() -> None:
         with edited(lesson, prose_edit):
             rows["c prose edit"] = build(cache, scratch / "prose")
             rows["q plain, prose edit"] = build(cache, scratch / "plain-prose", config=plain, strict=False)
+            docs_as_plain_code(scratch)  # again, with the edit
+            rows["fq plain code, prose edit"] = build(cache, scratch / "plain-code-prose", config=as_code, strict=False)
         with edited(lesson, code_edit):
             rows["d code edit"] = build(cache, scratch / "code")
         rows["e floor (EXECUTE=0)"] = build(cache, scratch / "floor", execute=False)
 
         print(f"\nWhole site, lesson edited: {lesson.relative_to(ROOT)}")
-        print(f"{'build':<24}{'seconds':>9}{'blocks run':>12}  pages run")
+        print(f"{'build':<28}{'seconds':>9}{'blocks run':>12}  pages run")
         for name, (seconds, blocks, pages) in rows.items():
-            print(f"{name:<24}{seconds:>9.2f}{blocks:>12}  {', '.join(pages) or '-'}")
+            print(f"{name:<28}{seconds:>9.2f}{blocks:>12}  {', '.join(pages) or '-'}")
         seconds = {name: row[0] for name, row in rows.items()}
         print(f"ratio a/a1 (default workers / 1 worker) = {seconds['a cold'] / seconds['a1 cold, 1 worker']:.2f}"
               "   (goal <= 0.65)")
@@ -252,6 +278,10 @@ def main() -> None:
               "   (goal <= 1.2)")
         print(f"ratio c/q (prose edit / plain MkDocs, same edit) = "
               f"{seconds['c prose edit'] / seconds['q plain, prose edit']:.2f}   (goal <= 1.2)")
+        print(f"ratio b/f (warm / plain MkDocs, exec fences as code) = "
+              f"{seconds['b warm, no change'] / seconds['f plain, exec as code']:.2f}")
+        print(f"ratio c/fq (prose edit / the same, same edit) = "
+              f"{seconds['c prose edit'] / seconds['fq plain code, prose edit']:.2f}")
         print(f"ratio b/r (warm / plain MkDocs on the rendered pages) = "
               f"{seconds['b warm, no change'] / seconds['r plain, rendered pages']:.2f}")
         floor = seconds["e floor (EXECUTE=0)"]

@@ -12,7 +12,7 @@ from lessonlib.engine.errors import LessonError
 from lessonlib.engine.mathml import leftover_tex, source_line
 from lessonlib.engine.numerals import hand_typed_numerals
 from lessonlib.engine.page import Settings, execute_page
-from lessonlib.engine.render import TIMING_CLASS, render
+from lessonlib.engine.render import TIMING_CLASS, figure_files, render
 from lessonlib.engine.session import BlockOutput, Figure
 
 from test_engine_doors import build, make_site
@@ -79,6 +79,8 @@ def test_timing_block_outputs_are_marked_for_readers_and_for_comparisons():
     markdown = render(page, [BlockOutput("0.12 ms\n", [Figure("<svg/>", "Time per step.")])], {})
     assert f".{TIMING_CLASS}" in markdown and "vary from run to run" in markdown
     assert f'class="lessonlib-figure {TIMING_CLASS}"' in markdown
+    (name,) = figure_files(page, [BlockOutput("", [Figure("<svg/>", "Time per step.")])])
+    assert name.startswith("timing-figure-") and f'src="{name}"' in markdown  # set aside when builds are compared
 
 
 def test_leftover_tex_is_found_in_text_and_unknown_commands_in_rendered_math():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import filecmp
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -67,7 +68,8 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
     assert "docs/good.md: ran 1 blocks" in result.stderr
     html = (site / "site/good/index.html").read_text()
     assert "hello from the good page" in html and "The value is 42." in html
-    assert 'alt="A line that rises from 0 to 1."' in html
+    (figure,) = re.findall(r'<img src="(figure-[0-9a-f]+\.svg)" alt="A line that rises from 0 to 1.">', html)
+    assert (site / "site/good" / figure).read_text().lstrip().startswith("<?xml")  # published beside the page
     notebook = nbformat.read(site / "site/good/good.ipynb", as_version=4)
     nbformat.validate(notebook)
     assert [c.cell_type for c in notebook.cells] == ["code", "markdown", "code", "markdown"]  # set-up first

@@ -8,6 +8,7 @@ import pytest
 from lessonlib.engine.blocks import parse_page
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.page import Settings, execute_page
+from lessonlib.engine.render import figure_files
 
 PATH = "docs/fixture.md"
 
@@ -85,7 +86,9 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     assert figure.svg.lstrip().startswith("<?xml") and "<svg" in figure.svg
     assert "Date" not in figure.svg
     assert figure.svg == second.outputs[0][0].figures[0].svg
-    assert 'alt="A rising line."' in first.markdown and "data:image/svg+xml;base64," in first.markdown
+    (name, svg), = figure_files(first.page, first.outputs[0]).items()
+    assert svg == figure.svg and name.startswith("figure-") and name.endswith(".svg")
+    assert f'<img src="{name}" alt="A rising line.">' in first.markdown
 
 
 @pytest.mark.parametrize("options", ["", ' caption=""', " caption=' '"])

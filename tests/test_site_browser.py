@@ -183,6 +183,7 @@ def test_the_built_site_has_exactly_these_pages(site):
 @pytest.mark.parametrize("path", site_pages())
 def test_every_page_reads_well(reader, base_url, path):
     page = reader.open(base_url + path)
+    page.wait_for_function("() => [...document.querySelectorAll('article img')].every(i => i.complete)")
     images = page.eval_on_selector_all(
         "article img", "els => els.map(e => ({alt: e.alt, width: e.naturalWidth, src: e.src.slice(0, 40)}))"
     )

@@ -21,6 +21,7 @@ from lessonlib.engine.errors import LessonError
 from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.notebook import to_notebook
 from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
+from lessonlib.engine.render import figure_files
 
 log = get_plugin_logger(__name__)
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
@@ -70,9 +71,11 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         rendered = result.markdown.split("\n", offset)[-1] if offset else result.markdown
         if result.outputs is None:
             return rendered
+        folder = Path(config.site_dir) / Path(page.file.dest_uri).parent  # where the page's links point
+        for name, svg in figure_files(result.page, result.outputs[0]).items():
+            write_atomically(folder / name, svg)
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
-        target = Path(config.site_dir) / Path(page.file.dest_uri).parent / notebook
-        write_atomically(target, nbformat.writes(to_notebook(result.page, result.outputs)))
+        write_atomically(folder / notebook, nbformat.writes(to_notebook(result.page, result.outputs)))
         link = f'<p class="lessonlib-download"><a href="{notebook}" download>Download this lesson as a Jupyter notebook</a></p>'
         return f"{rendered}\n{link}\n"
 

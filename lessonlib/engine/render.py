@@ -1,7 +1,7 @@
 """Pure rendering: the page's prose plus its outputs, back to Markdown."""
 from __future__ import annotations
 
-import base64
+import hashlib
 import html
 import re
 
@@ -99,12 +99,28 @@ def _text_output(text: str, timing: bool = False) -> str:
     return f'{fence} {{ {classes} title="{title}" }}\n{text.rstrip()}\n{fence}'
 
 
+def figure_files(page: ParsedPage, outputs: list[BlockOutput]) -> dict[str, str]:
+    """The SVG files the rendered page links to, by file name: they go next to the page."""
+    return {
+        figure_file(f.svg, "timing" in block.options): f.svg
+        for block, output in zip(page.blocks, outputs) if block.kind != "pycon"
+        for f in output.figures
+    }
+
+
+def figure_file(svg: str, timing: bool = False) -> str:
+    """Named by content, so a changed figure gets a new address (no stale copy in a browser's
+    cache), and a measured (timing) one can be told apart when two builds are compared."""
+    prefix = "timing-figure" if timing else "figure"
+    return f"{prefix}-{hashlib.sha256(svg.encode()).hexdigest()[:16]}.svg"
+
+
 def _figure(svg: str, alt: str, timing: bool = False) -> str:
-    data = base64.b64encode(svg.encode()).decode()
+    # A file beside the page, not a data URI: pages stay small to build, search and load.
     alt = html.escape(alt, quote=True)
     classes = f"lessonlib-figure {TIMING_CLASS}" if timing else "lessonlib-figure"
     note = f'<small class="lessonlib-timing-note">{TIMING_NOTE}</small>' if timing else ""
     return (
-        f'<figure class="{classes}"><img src="data:image/svg+xml;base64,{data}" alt="{alt}">'
+        f'<figure class="{classes}"><img src="{figure_file(svg, timing)}" alt="{alt}">'
         f'<figcaption aria-hidden="true">{alt}</figcaption>{note}</figure>'
     )
