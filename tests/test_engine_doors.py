@@ -48,8 +48,17 @@ def make_site(tmp_path: Path, pages: dict[str, str]) -> Path:
     return tmp_path
 
 
+# The build's own switches: a test sets those it means, never inherits them (a global cache
+# folder would let one fixture build read another's results).
+SWITCHES = ("LESSONLIB_CACHE_DIR", "LESSONLIB_WORKERS", "LESSONLIB_REFRESH", "LESSONLIB_EXECUTE")
+
+
+def environment(**variables: str) -> dict[str, str]:
+    return {**{k: v for k, v in os.environ.items() if k not in SWITCHES}, "NO_MKDOCS_2_WARNING": "1", **variables}
+
+
 def command(args: list[str], cwd: Path, **variables: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", **variables}
+    env = environment(**variables)
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -142,7 +151,7 @@ def _differences(cmp: filecmp.dircmp, prefix: str = ""):
 def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usable(tmp_path):
     slow = GOOD + "\n```python exec\nimport time\ntime.sleep(1.5)\n```\n"
     site = make_site(tmp_path, {"good.md": slow})
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env = environment()
     args = [sys.executable, "-m", "lessonlib", "run", "docs/good.md"]
     both = [subprocess.Popen(args, cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     assert [p.wait(timeout=120) for p in both] == [0, 0]
@@ -180,7 +189,7 @@ def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes(tmp_path)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    env = environment()
     server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

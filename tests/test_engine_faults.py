@@ -16,7 +16,7 @@ import pytest
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.page import Settings, execute_page, execute_pages
 
-from test_engine_doors import GOOD, build, command, lessonlib_cli, make_site
+from test_engine_doors import GOOD, build, command, environment, lessonlib_cli, make_site
 
 PATH = "docs/fault.md"
 
@@ -133,7 +133,7 @@ def test_concurrent_builds_of_one_checkout_run_each_page_once(tmp_path):
     def start(name: str) -> tuple[subprocess.Popen, Path]:
         err = tmp_path / f"{name}.err"
         args = [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / name)]
-        return subprocess.Popen(args, cwd=site, stdout=subprocess.DEVNULL, stderr=err.open("w")), err
+        return subprocess.Popen(args, cwd=site, env=environment(), stdout=subprocess.DEVNULL, stderr=err.open("w")), err
 
     def until(condition) -> None:
         for _ in range(3000):  # a generous bound on a busy machine; the condition is what we wait for
