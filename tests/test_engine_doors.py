@@ -79,6 +79,8 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
     assert "hello from the good page" in html and "The value is 42." in html
     (figure,) = re.findall(r'<img src="(figure-[0-9a-f]+\.svg)" alt="A line that rises from 0 to 1.">', html)
     assert (site / "site/good" / figure).read_text().lstrip().startswith("<?xml")  # published beside the page
+    mode = (site / "site/good/index.html").stat().st_mode  # as MkDocs writes, so a web server can read them
+    assert {(site / "site/good" / name).stat().st_mode for name in (figure, "good.ipynb")} == {mode}
     notebook = nbformat.read(site / "site/good/good.ipynb", as_version=4)
     nbformat.validate(notebook)
     assert [c.cell_type for c in notebook.cells] == ["code", "markdown", "code", "markdown"]  # set-up first
@@ -86,6 +88,12 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
 
     again = build(site)
     assert "docs/good.md: from cache" in again.stderr
+    assert nbformat.read(site / "site/good/good.ipynb", as_version=4) == notebook  # the stored text, reused
+
+    (site / "docs/good.md").write_text(GOOD.replace("The value is", "Its value is"))  # prose only
+    edited = build(site)
+    assert "docs/good.md: from cache" in edited.stderr  # the outputs are; the notebook is made again
+    assert "Its value is 42." in nbformat.read(site / "site/good/good.ipynb", as_version=4).cells[3].source
 
 
 FAILURES = {

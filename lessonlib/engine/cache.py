@@ -15,7 +15,7 @@ import json
 import os
 import platform
 import re
-import tempfile
+import uuid
 from dataclasses import asdict, dataclass
 from importlib.metadata import distributions
 from pathlib import Path
@@ -128,15 +128,17 @@ def file_lock(path: Path, wait: bool = True) -> IO | None:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write aside, then rename: readers and concurrent builds only ever see whole files."""
+    """Write aside, then rename: readers and concurrent builds only ever see whole files.
+    The file gets the usual permissions (the umask's), not mkstemp's owner-only ones: files
+    written into the site must be readable by the web server that serves it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
+        with open(tmp, "x", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import ast
 import doctest
+import hashlib
+import json
+from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import Block, ParsedPage
+from lessonlib.engine.cache import write_atomically
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import render_line
 
@@ -24,6 +28,28 @@ SETUP = """\
 from lessonlib.engine.session import start_page
 
 start_page()"""
+
+
+def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path | None) -> str:
+    """The page's notebook as written to disk. Building and validating it is most of a warm
+    build's own work, so with a `store` folder the text written last time for this page is
+    reused while its cache key (code, engine, versions), its text and its outputs are the same.
+    One file per page, replaced when anything changes."""
+    if store is None:
+        return nbformat.writes(to_notebook(page, outputs))
+    blocks, values = outputs
+    facts = [key, "".join(page.lines), [[b.text, [[f.svg, f.alt] for f in b.figures]] for b in blocks], values]
+    version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
+    path = store / f"{hashlib.sha256(page.path.encode()).hexdigest()[:32]}.ipynb"
+    try:
+        stored, text = path.read_text(encoding="utf-8").split("\n", 1)  # first line: the version
+        if stored == version:
+            return text
+    except (OSError, ValueError):
+        pass
+    text = nbformat.writes(to_notebook(page, outputs))
+    write_atomically(path, f"{version}\n{text}")
+    return text
 
 
 def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> nbformat.NotebookNode:

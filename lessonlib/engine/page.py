@@ -69,6 +69,7 @@ class PageResult:
     blocks_run: int = 0
     from_cache: bool = False
     seconds: float = 0.0
+    key: str = ""  # the cache key it ran under: its code and the environment
 
     @property
     def summary(self) -> str:
@@ -220,7 +221,7 @@ class _Run:
         return max(1, min(self.settings.workers or cpus(), pages))
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
-        return PageResult(page, render(page, *outputs, footer=stamp(key)), outputs, inputs)
+        return PageResult(page, render(page, *outputs, footer=stamp(key)), outputs, inputs, key=key)
 
 
 def stamp(key: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 from mkdocs.config import base, load_config
 from mkdocs.config import config_options as c
 from mkdocs.exceptions import PluginError
@@ -19,7 +18,7 @@ from mkdocs.structure.files import get_files
 from lessonlib.engine.cache import write_atomically
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
-from lessonlib.engine.notebook import to_notebook
+from lessonlib.engine.notebook import notebook_text
 from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
 from lessonlib.engine.render import figure_files
 
@@ -75,7 +74,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         for name, svg in figure_files(result.page, result.outputs[0]).items():
             write_atomically(folder / name, svg)
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
-        write_atomically(folder / notebook, nbformat.writes(to_notebook(result.page, result.outputs)))
+        store = self.settings.cache_dir / "notebooks" if self.settings.cache_dir else None
+        write_atomically(folder / notebook, notebook_text(result.page, result.outputs, result.key, store))
         link = f'<p class="lessonlib-download"><a href="{notebook}" download>Download this lesson as a Jupyter notebook</a></p>'
         return f"{rendered}\n{link}\n"
 
