@@ -180,14 +180,18 @@ def test_the_built_site_has_exactly_these_pages(site):
     assert built == sorted(site_pages())
 
 
+def article_images(page) -> list[dict]:
+    """The article's images, once the browser has finished loading (or failing to load) each."""
+    page.wait_for_function("() => [...document.querySelectorAll('article img')].every(i => i.complete)")
+    return page.eval_on_selector_all(
+        "article img", "els => els.map(e => ({alt: e.alt, width: e.naturalWidth, src: e.src.slice(0, 80)}))"
+    )
+
+
 @pytest.mark.parametrize("path", site_pages())
 def test_every_page_reads_well(reader, base_url, path):
     page = reader.open(base_url + path)
-    page.wait_for_function("() => [...document.querySelectorAll('article img')].every(i => i.complete)")
-    images = page.eval_on_selector_all(
-        "article img", "els => els.map(e => ({alt: e.alt, width: e.naturalWidth, src: e.src.slice(0, 40)}))"
-    )
-    for image in images:
+    for image in article_images(page):
         assert image["width"] > 0, f"image did not load: {image}"
         assert image["alt"].strip(), f"image without alt text: {image}"
     math = page.eval_on_selector_all(".arithmatex", "els => els.map(e => !!e.querySelector('math'))")
@@ -373,6 +377,8 @@ def test_walkthrough_works_after_instant_navigation(reader, base_url):
     page.wait_for_url(base_url + WALKTHROUGH)
     reader.wait_ready()
     assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
+    images = article_images(page)  # figures are files beside the page: found from its new address
+    assert images and all(image["width"] > 0 for image in images), images
     page.click(".lstm-walkthrough button[data-action=next]")
     expect_step(page, 2)
     assert not reader.errors, reader.errors
