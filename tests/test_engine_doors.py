@@ -96,6 +96,20 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
     assert "Its value is 42." in nbformat.read(site / "site/good/good.ipynb", as_version=4).cells[3].source
 
 
+
+def test_a_notebook_shows_the_outputs_of_its_pages_latest_run(tmp_path):
+    """Same code, same prose, new outputs (a data file changed): the stored notebook is not reused."""
+    page = "# Reads\n\n```python exec\nprint(open('value.txt').read().strip())\n```\n"
+    site = make_site(tmp_path, {"index.md": "# Home\n", "reads.md": page})
+    outputs = []
+    for value in ("first", "second"):
+        (site / "docs/value.txt").write_text(f"{value}\n")
+        assert build(site).returncode == 0
+        cells = nbformat.read(site / "site/reads/reads.ipynb", as_version=4).cells
+        outputs.append("".join(o.get("text", "") for c in cells if c.cell_type == "code" for o in c.outputs))
+    assert outputs == ["first\n", "second\n"]
+
+
 FAILURES = {
     # body, Markdown line of the failing statement (after 4 lines of front matter), message
     "exception": ("```python exec\nx = 1\nraise RuntimeError('no')\n```\n", 7, "RuntimeError: no"),
