@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import nbformat
-import pytest
 
 MKDOCS_YML = """\
 site_name: Fixture

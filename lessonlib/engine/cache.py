@@ -79,12 +79,12 @@ class PageCache:
     def last_seconds(self, path: str) -> float | None:
         """How long the page at `path` took the last time it ran, if it ever did (its code may differ now)."""
         try:
-            return float((self.durations / _name(path)).read_text())
+            return float((self.durations / path_name(path)).read_text())
         except (OSError, ValueError):
             return None
 
     def note_seconds(self, path: str, seconds: float) -> None:
-        write_atomically(self.durations / _name(path), f"{seconds:.3f}")
+        write_atomically(self.durations / path_name(path), f"{seconds:.3f}")
 
     def load(self, key: str) -> Entry | None:
         """The stored entry, or None when absent, truncated or corrupt (a bad entry is removed)."""
@@ -142,7 +142,8 @@ def write_atomically(path: Path, text: str) -> None:
         raise
 
 
-def _name(path: str) -> str:
+def path_name(path: str) -> str:
+    """A file name for what is kept per page path (any version of the page)."""
     return hashlib.sha256(path.encode()).hexdigest()[:32]
 
 

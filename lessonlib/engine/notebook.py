@@ -18,7 +18,7 @@ import nbformat
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import Block, ParsedPage
-from lessonlib.engine.cache import write_atomically
+from lessonlib.engine.cache import path_name, write_atomically
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import render_line
 
@@ -40,7 +40,7 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
     blocks, values = outputs
     facts = [key, "".join(page.lines), [[b.text, [[f.svg, f.alt] for f in b.figures]] for b in blocks], values]
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
-    path = store / f"{hashlib.sha256(page.path.encode()).hexdigest()[:32]}.ipynb"
+    path = store / f"{path_name(page.path)}.ipynb"
     try:
         stored, text = path.read_text(encoding="utf-8").split("\n", 1)  # first line: the version
         if stored == version:
