@@ -28,11 +28,22 @@ def device() -> torch.device:
     return dev
 
 
+_core_budget: int | None = None  # set by the engine in a page's process: the build's `workers`
+
+
 def cpus() -> int:
-    """How many processes an experiment may start: one per core it may run on. Pages that run
-    side by side all get every core and the kernel shares them, so the cores a finished page
-    frees go to the pages still running. Results must not depend on it."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    """How many processes an experiment may start: one per core it may run on, and no more than
+    the build's `workers` (so `workers: 1` runs everything one process at a time). Pages that
+    run side by side all get that many and the kernel shares the cores, so the cores a finished
+    page frees go to the pages still running. Results must not depend on it."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cores, _core_budget or cores)
+
+
+def limit_cpus(budget: int) -> None:
+    """The engine's worker calls this before a page runs: `cpus()` gives at most `budget`."""
+    global _core_budget
+    _core_budget = max(1, budget)
 
 
 @contextmanager

@@ -4,9 +4,10 @@
 
 Builds, each into a scratch folder with a scratch cache:
   (a) cold: empty cache, pages on the default number of workers (one per core)
-  (a1) cold with one worker (LESSONLIB_WORKERS=1): the gain from running pages side by side,
-       and a reproducibility check: its site must equal (a)'s byte for byte, apart from the
-       dated sitemap, measured timings (blocks marked `timing`) and the search index built from them
+  (a1) cold with one worker (LESSONLIB_WORKERS=1: one process at a time, pages and their
+       experiments): the gain from running in parallel, and a reproducibility check: its site
+       must equal (a)'s byte for byte, apart from the dated sitemap, measured timings (blocks
+       marked `timing`) and the search index built from them
   (a0) cold on one core (taskset): the gain from the second core, pages and their experiments together
   (b) warm: no change   (c) after a prose-only edit   (d) after editing one code block
   (e) floor: LESSONLIB_EXECUTE=0   (p) plain MkDocs, without the lessonlib plugin at all,
@@ -274,8 +275,7 @@ def main() -> None:
         print(f"ratio a/a1 (default workers / 1 worker) = {seconds['a cold'] / seconds['a1 cold, 1 worker']:.2f}"
               "   (goal <= 0.65)")
         print(f"ratio a/a0 (all cores / one core) = {seconds['a cold'] / seconds['a0 cold, one core']:.2f}")
-        # a0 is the build's CPU time; no build on two cores ends before half of it, so a/a1 cannot
-        # go below this while a page alone already keeps both cores busy in its experiments.
+        # a0 is the build's CPU time: no build on N cores ends before a0 / N.
         print(f"least a/a1 possible on {os.cpu_count()} cores: (a0 / {os.cpu_count()}) / a1 = "
               f"{seconds['a0 cold, one core'] / os.cpu_count() / seconds['a1 cold, 1 worker']:.2f}")
         print(f"ratio b/p (warm / plain MkDocs) = {seconds['b warm, no change'] / seconds['p plain MkDocs']:.2f}"

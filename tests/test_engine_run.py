@@ -51,6 +51,16 @@ def test_each_page_starts_from_the_same_seed():
     assert first == second
 
 
+def test_workers_also_cap_the_processes_an_experiment_may_start():
+    """`workers: 1` runs everything one process at a time; more workers than cores give each
+    page every core, no more."""
+    page = "```python exec\nimport os\nfrom lessonlib.device import cpus\nprint(cpus(), len(os.sched_getaffinity(0)))\n```\n"
+    one = run(page, workers=1).outputs[0][0].text.split()
+    many = run(page, workers=64).outputs[0][0].text.split()
+    assert one[0] == "1"
+    assert many[0] == many[1]
+
+
 def test_hide_code_and_hide_output():
     result = run(
         """\

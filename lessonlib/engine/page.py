@@ -37,7 +37,7 @@ class Settings:
     cache_dir: Path | None = None  # None: neither read nor write a cache
     execute: bool = True  # False: show the code, run nothing (LESSONLIB_EXECUTE=0)
     refresh: bool = False  # run even on a cache hit, memoized experiments too (LESSONLIB_REFRESH=1)
-    workers: int = 0  # pages run at once; 0: one per core (LESSONLIB_WORKERS)
+    workers: int = 0  # pages at once, and processes a page's experiments start; 0: one per core (LESSONLIB_WORKERS)
     memory_limit_mb: float | None = None  # per page, its child processes included; None: no limit
     output_limit_kb: float = 1024  # per block, text and figures
 
@@ -215,7 +215,7 @@ class _Run:
         stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
         return PageJob(page.path, "".join(page.lines), str(self.settings.root), roots, cache_dir,
                        self.settings.refresh, int(self.settings.output_limit_kb * 1024), str(stack),
-                       self.environment, tuple(os.environ.items()))
+                       self.environment, self.settings.workers or cpus(), tuple(os.environ.items()))
 
     def _workers(self, pages: int) -> int:
         return max(1, min(self.settings.workers or cpus(), pages))

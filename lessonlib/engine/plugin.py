@@ -29,7 +29,8 @@ _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plug
 class LessonConfig(base.Config):
     timeout = c.Type((int, float), default=600)  # seconds per block; a block may say timeout=N
     cache_dir = c.Type(str, default=".lessonlib-cache")  # relative to mkdocs.yml
-    workers = c.Type(int, default=0)  # pages run at once; 0: one per core (LESSONLIB_WORKERS overrides)
+    # pages run at once, and processes a page's experiments may start; 0: one per core (LESSONLIB_WORKERS overrides)
+    workers = c.Type(int, default=0)
     memory_limit_mb = c.Optional(c.Type((int, float)))  # per page, with its child processes
     output_limit_kb = c.Type((int, float), default=1024)  # per block, text and figures
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 
+from lessonlib.device import limit_cpus
 from lessonlib.engine.blocks import parse_page
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.inputs import Recorder
@@ -38,6 +39,7 @@ class PageJob:
     output_limit: int  # bytes per block
     stack_file: str  # where the worker writes its Python stack on a crash or when asked
     environment: str  # the environment fingerprint, for memo keys
+    cores: int  # the build's `workers`: the most processes the page's experiments may start
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
 
     @property
@@ -56,6 +58,7 @@ def main(conn: Connection, job: PageJob) -> None:
     sys.path.insert(0, str(job.folder))
     os.environ.clear()
     os.environ.update(dict(job.variables))
+    limit_cpus(job.cores)
     try:
         message = ("done", *_run(conn, job))
     except LessonError as e:
