@@ -1,6 +1,6 @@
 """Authoring speed, measured side by side on the whole site in one run.
 
-    .venv/bin/python scripts/bench_build.py [--lesson docs/lessons/X.md] [--skip-serve]
+    .venv/bin/python scripts/bench_build.py [--lesson docs/lessons/X.md] [--skip-serve] [--repeats N]
 
 Builds, each into a scratch folder with a scratch cache:
   (a) cold: empty cache, pages on the default number of workers (one per core)
@@ -14,7 +14,9 @@ Builds, each into a scratch folder with a scratch cache:
   (q) the same after the prose edit   (f) plain MkDocs with every exec fence a plain Python fence:
   the same code highlighted, no outputs   (fq) the same after the prose edit
   (r) plain MkDocs on the pages as rendered (outputs and figures in the Markdown): what the
-  engine itself adds to a warm build, beyond the content it shows
+  engine itself adds to a warm build, beyond the content it shows.
+The quick rows (all but a, a1, a0 and d) run N times (default 3), interleaved, and each prints
+its median: one run of a two-second build varies by a tenth of a second on a shared machine.
 then the per-page start-up cost of a worker process against running the same page in-process,
 and `mkdocs serve`: seconds from a prose edit until the reloaded page shows it.
 Every file it edits is restored, even when interrupted.
@@ -29,6 +31,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -235,6 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lesson", type=Path, default=ROOT / "docs/lessons/sequences-to-attention.md")
     parser.add_argument("--skip-serve", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each quick (warm) row; its median is printed")
     parser.add_argument("--serve-only", action="store_true", help="only the floor and the serve reload")
     args = parser.parse_args()
     lesson = args.lesson.resolve()
@@ -248,30 +252,39 @@ def main() -> None:
             print(f"mkdocs serve, prose edit -> page ready: {reload:.2f} s; floor {floor:.2f} s; ratio {reload / floor:.2f}")
             return
         plain = without_lessonlib(scratch)
-        rows = {}
-        rows["p plain MkDocs"] = build(cache, scratch / "plain", config=plain, strict=False)  # first: cheap
-        as_code = without_lessonlib(scratch, docs_as_plain_code(scratch), "mkdocs-code.yml")
-        rows["f plain, exec as code"] = build(cache, scratch / "plain-code", config=as_code, strict=False)
-        rows["a cold"] = build(cache, scratch / "cold")
-        rows["a1 cold, 1 worker"] = build(scratch / "cache1", scratch / "cold1", LESSONLIB_WORKERS="1")
-        rows["a0 cold, one core"] = build(scratch / "cache0", scratch / "cold0", prefix=("taskset", "-c", "0"))
-        rows["b warm, no change"] = build(cache, scratch / "warm")
+        rows: dict[str, list[tuple[float, int, list[str]]]] = {}  # each row's runs
+
+        def run(name: str, *args, **kwargs) -> None:
+            rows.setdefault(name, []).append(build(*args, **kwargs))
+
+        run("a cold", cache, scratch / "cold")
+        run("a1 cold, 1 worker", scratch / "cache1", scratch / "cold1", LESSONLIB_WORKERS="1")
+        run("a0 cold, one core", scratch / "cache0", scratch / "cold0", prefix=("taskset", "-c", "0"))
         rendered = without_lessonlib(scratch, rendered_docs(scratch, cache), "mkdocs-rendered.yml")
-        rows["r plain, rendered pages"] = build(cache, scratch / "rendered", config=rendered, strict=False)
-        with edited(lesson, prose_edit):
-            rows["c prose edit"] = build(cache, scratch / "prose")
-            rows["q plain, prose edit"] = build(cache, scratch / "plain-prose", config=plain, strict=False)
-            docs_as_plain_code(scratch)  # again, with the edit
-            rows["fq plain code, prose edit"] = build(cache, scratch / "plain-code-prose", config=as_code, strict=False)
+        # The quick rows, interleaved, args.repeats times: each prints its median.
+        for _ in range(args.repeats):
+            with edited(lesson, prose_edit):
+                run("c prose edit", cache, scratch / "prose")
+                run("q plain, prose edit", cache, scratch / "plain-prose", config=plain, strict=False)
+                as_code = without_lessonlib(scratch, docs_as_plain_code(scratch), "mkdocs-code.yml")
+                run("fq plain code, prose edit", cache, scratch / "plain-code-prose", config=as_code, strict=False)
+            build(cache, scratch / "warm")  # unmeasured: the notebook store back to the unedited page
+            run("b warm, no change", cache, scratch / "warm")
+            run("p plain MkDocs", cache, scratch / "plain", config=plain, strict=False)
+            docs_as_plain_code(scratch)  # again, without the edit
+            run("f plain, exec as code", cache, scratch / "plain-code", config=as_code, strict=False)
+            run("r plain, rendered pages", cache, scratch / "rendered", config=rendered, strict=False)
+            run("e floor (EXECUTE=0)", cache, scratch / "floor", execute=False)
         with edited(lesson, code_edit):
-            rows["d code edit"] = build(cache, scratch / "code")
-        rows["e floor (EXECUTE=0)"] = build(cache, scratch / "floor", execute=False)
+            run("d code edit", cache, scratch / "code")
 
         print(f"\nWhole site, lesson edited: {lesson.relative_to(ROOT)}")
-        print(f"{'build':<28}{'seconds':>9}{'blocks run':>12}  pages run")
-        for name, (seconds, blocks, pages) in rows.items():
-            print(f"{name:<28}{seconds:>9.2f}{blocks:>12}  {', '.join(pages) or '-'}")
-        seconds = {name: row[0] for name, row in rows.items()}
+        print(f"{'build':<28}{'seconds':>9}{'blocks run':>12}  pages run (or each run's seconds)")
+        seconds = {name: statistics.median(s for s, _, _ in runs) for name, runs in sorted(rows.items())}
+        for name, runs in sorted(rows.items()):
+            _, blocks, pages = runs[-1]
+            each = ", ".join(f"{s:.2f}" for s, _, _ in runs) if len(runs) > 1 else ", ".join(pages)
+            print(f"{name:<28}{seconds[name]:>9.2f}{blocks:>12}  {each or '-'}")
         print(f"ratio a/a1 (default workers / 1 worker) = {seconds['a cold'] / seconds['a1 cold, 1 worker']:.2f}"
               "   (goal <= 0.65)")
         print(f"ratio a/a0 (all cores / one core) = {seconds['a cold'] / seconds['a0 cold, one core']:.2f}")
