@@ -177,3 +177,12 @@ def test_sweep_matches_train_and_does_not_depend_on_workers(device):
         assert run(2) == results
     table = format_table(results)
     assert len(table.splitlines()) == 3 and "lstm_open" in table
+
+
+def test_a_sweep_with_lengths_per_model_gives_each_model_its_own(device):
+    short = dataclasses.replace(PROTOCOL, steps=30)
+    results = sweep(("rnn", "lstm_open"), {"rnn": (10,), "lstm_open": (12,)}, (0,), short, device, progress=False)
+    assert list(results) == [("rnn", 10, 0), ("lstm_open", 12, 0)]
+    assert results["lstm_open", 12, 0] == train("lstm_open", 12, 0, short, device)
+    with pytest.raises(ValueError, match="must name exactly the models"):
+        sweep(("rnn", "lstm_open"), {"rnn": (10,)}, (0,), short, device, progress=False)

@@ -254,7 +254,7 @@ def train(
 
 def sweep(
     models: tuple[str, ...] = MODELS,
-    lengths: tuple[int, ...] = LENGTHS,
+    lengths: tuple[int, ...] | dict[str, tuple[int, ...]] = LENGTHS,
     seeds: tuple[int, ...] = SEEDS,
     protocol: MemoryProtocol = PROTOCOL,
     device: Device = "cpu",
@@ -262,6 +262,9 @@ def sweep(
     workers: int | None = None,
 ) -> dict[tuple[str, int, int], Run]:
     """train() for every (model, length, seed): {(model, length, seed): Run}, in that order.
+    `lengths` holds every model's lengths, or each model's own ({"gru": (10, 30), "gru_open":
+    (100,)}): one sweep keeps every core busy until its last run, where two sweeps in a row
+    would each end on a lone run.
 
     A job is one run, except that an RNN's seeds train together in one batched loop (the
     faster way on a CPU; the results are the same bits either way). On a CPU the jobs are
@@ -272,9 +275,12 @@ def sweep(
     device = torch.device(device)
     if workers is None:
         workers = 1 if device.type != "cpu" else cpus()
+    if isinstance(lengths, dict) and set(lengths) != set(models):
+        raise ValueError(f"lengths per model must name exactly the models {models}, not {tuple(lengths)}")
+    lengths_of = lengths if isinstance(lengths, dict) else dict.fromkeys(models, lengths)
     jobs = []  # (model, length, the seeds that train together)
     for m in models:
-        for L in lengths:
+        for L in lengths_of[m]:
             if m == "rnn":
                 jobs.append((m, L, tuple(seeds)))
             else:
@@ -287,7 +293,7 @@ def sweep(
     runs = progress_bar(runs, "memory task", total=len(jobs), enabled=progress)
     for (m, L, job_seeds), job_runs in zip(jobs, runs):
         results.update({(m, L, s): run for s, run in zip(job_seeds, job_runs)})
-    return {(m, L, s): results[m, L, s] for m in models for L in lengths for s in seeds}
+    return {(m, L, s): results[m, L, s] for m in models for L in lengths_of[m] for s in seeds}
 
 
 def format_table(results: dict[tuple[str, int, int], Run]) -> str:
