@@ -241,6 +241,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each quick (warm) row; its median is printed")
     parser.add_argument("--serve-only", action="store_true", help="only the floor and the serve reload")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     lesson = args.lesson.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="bench-build-"))
     cache = scratch / "cache"
