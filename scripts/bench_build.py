@@ -169,9 +169,10 @@ def rendered_docs(scratch: Path, cache: Path) -> Path:
             sys.exit(f"{page}: not rendered from the cache")
         rendered = docs / page.relative_to(ROOT / "docs")
         rendered.write_text(result.markdown, encoding="utf-8")
+        folder = rendered.parent if rendered.stem == "index" else rendered.with_suffix("")  # the page's URL
         for name, svg in figure_files(result.page, result.outputs[0]).items() if result.outputs else ():
-            (rendered.with_suffix("") / name).parent.mkdir(exist_ok=True)  # the page's URL folder
-            (rendered.with_suffix("") / name).write_text(svg, encoding="utf-8")
+            folder.mkdir(exist_ok=True)
+            (folder / name).write_text(svg, encoding="utf-8")
     return docs
 
 

@@ -95,7 +95,6 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
     assert "Its value is 42." in nbformat.read(site / "site/good/good.ipynb", as_version=4).cells[3].source
 
 
-
 def test_a_notebook_shows_the_outputs_of_its_pages_latest_run(tmp_path):
     """Same code, same prose, new outputs (a data file changed): the stored notebook is not reused."""
     page = "# Reads\n\n```python exec\nprint(open('value.txt').read().strip())\n```\n"

@@ -215,10 +215,14 @@ class _Run:
         stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
         return PageJob(page.path, "".join(page.lines), str(self.settings.root), roots, cache_dir,
                        self.settings.refresh, int(self.settings.output_limit_kb * 1024), str(stack),
-                       self.environment, self.settings.workers or cpus(), tuple(os.environ.items()))
+                       self.environment, self._cores(), tuple(os.environ.items()))
+
+    def _cores(self) -> int:
+        """The build's `workers`: pages at once, and processes a page's experiments may start."""
+        return self.settings.workers or cpus()
 
     def _workers(self, pages: int) -> int:
-        return max(1, min(self.settings.workers or cpus(), pages))
+        return max(1, min(self._cores(), pages))
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
         return PageResult(page, render(page, *outputs, footer=stamp(key)), outputs, inputs, key=key)
