@@ -3,18 +3,23 @@ which browsers draw natively, so readers need no script and no network; and TeX 
 Markdown did not recognise as math is found, so that no reader sees raw `$...$`."""
 from __future__ import annotations
 
+import functools
 import html
 import re
 
 from latex2mathml.converter import convert
 
+from lessonlib.engine.html_memo import HtmlMemo
+
 _ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">\s*\\[(\[](.*?)\\[)\]]\s*</\1>', re.DOTALL)
 
 
-def to_mathml(page_html: str) -> str:
+def to_mathml(page_html: str, memo: HtmlMemo | None = None) -> str:
     def replace(m: re.Match[str]) -> str:
         tag, tex = m.group(1), html.unescape(m.group(2))
-        math = convert(tex, display="block" if tag == "div" else "inline")
+        display = "block" if tag == "div" else "inline"
+        render = functools.partial(convert, tex, display=display)
+        math = memo.get("mathml", [tex, display], render) if memo else render()
         return f'<{tag} class="arithmatex">{math}</{tag}>'
 
     return _ARITHMATEX.sub(replace, page_html)

@@ -2,8 +2,9 @@
 
 Every executable page runs in ``on_pre_build``, which MkDocs calls before it cleans site_dir:
 a failing page stops the build and the previous site stays as it was. The pages are then
-rendered from those results. Under ``mkdocs serve``, what the pages read (helpers, data files,
-lessonlib's modules) is watched too, so editing any of it rebuilds.
+rendered from those results, their unchanged code's highlighting and math from an HtmlMemo.
+Under ``mkdocs serve``, what the pages read (helpers, data files, lessonlib's modules) is
+watched too, so editing any of it rebuilds.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from mkdocs.structure.files import get_files
 
 from lessonlib.engine.cache import write_atomically
 from lessonlib.engine.errors import LessonError
+from lessonlib.engine.html_memo import HtmlMemo, MemoHighlightExtension
 from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.notebook import notebook_text
 from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
@@ -40,6 +42,12 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         self.root = Path(config.config_file_path).parent
         self.settings = settings_from(self.config, self.root)
         self.results: dict[str, PageResult] = {}
+        cache_dir = self.settings.cache_dir
+        self.memo = HtmlMemo(cache_dir / "html.json" if cache_dir else None)
+        extensions = config.markdown_extensions
+        if "pymdownx.highlight" in extensions:  # the same extension, with its blocks kept in the memo
+            options = config.mdx_configs.pop("pymdownx.highlight", {})
+            extensions[extensions.index("pymdownx.highlight")] = MemoHighlightExtension(self.memo, **options)
         if not self.settings.execute:
             log.info("LESSONLIB_EXECUTE=0: showing code without running it")
         return config
@@ -81,7 +89,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return f"{rendered}\n{link}\n"
 
     def on_page_content(self, html, page, config, files):
-        html = to_mathml(html)
+        html = to_mathml(html, self.memo)
         source = Path(page.file.abs_src_path)
         lines = source.read_text(encoding="utf-8").splitlines() if source.suffix == ".md" else []
         for leak in leftover_tex(html):
@@ -98,7 +106,9 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return server
 
     def on_post_build(self, config):
-        """Under serve, watch every input a page read outside docs/ (MkDocs watches docs/ itself)."""
+        """Keep the memo; under serve, watch every input a page read outside docs/ (MkDocs
+        watches docs/ itself)."""
+        self.memo.save()
         if _server is None:
             return
         docs = Path(config.docs_dir).resolve()
