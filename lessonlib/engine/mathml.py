@@ -7,8 +7,6 @@ import functools
 import html
 import re
 
-from latex2mathml.converter import convert
-
 from lessonlib.engine.html_memo import HtmlMemo
 
 _ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">\s*\\[(\[](.*?)\\[)\]]\s*</\1>', re.DOTALL)
@@ -18,11 +16,17 @@ def to_mathml(page_html: str, memo: HtmlMemo | None = None) -> str:
     def replace(m: re.Match[str]) -> str:
         tag, tex = m.group(1), html.unescape(m.group(2))
         display = "block" if tag == "div" else "inline"
-        render = functools.partial(convert, tex, display=display)
+        render = functools.partial(_convert, tex, display)
         math = memo.get("mathml", [tex, display], render) if memo else render()
         return f'<{tag} class="arithmatex">{math}</{tag}>'
 
     return _ARITHMATEX.sub(replace, page_html)
+
+
+def _convert(tex: str, display: str) -> str:
+    from latex2mathml.converter import convert  # here: a warm build takes its math from the memo
+
+    return convert(tex, display=display)
 
 
 # TeX that survived Markdown: two dollars in one run of text, \( \[ \) \], or a command like \frac;

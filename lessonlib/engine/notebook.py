@@ -9,12 +9,10 @@ measured timings, ``pycon`` for examples, ``setup`` for the first one.
 from __future__ import annotations
 
 import ast
-import doctest
 import hashlib
 import json
 from pathlib import Path
 
-import nbformat
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import Block, ParsedPage
@@ -31,12 +29,14 @@ start_page()"""
 
 
 def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path | None) -> str:
-    """The page's notebook as written to disk. Building and validating it is most of a warm
-    build's own work, so with a `store` folder the text written last time for this page is
-    reused while its cache key (code, engine, versions), its text and its outputs are the same.
-    One file per page, replaced when anything changes."""
+    """The page's notebook as written to disk. Building it is most of a warm build's own work,
+    so with a `store` folder the text written last time for this page is reused while its cache
+    key (code, engine, versions), its text and its outputs are the same. One file per page,
+    replaced when anything changes. Not validated here (v4.writes, not nbformat.writes): the
+    schema alone took longer to load than the notebook to build, and nbformat.writes only logs
+    what it finds; the tests validate every exported notebook."""
     if store is None:
-        return nbformat.writes(to_notebook(page, outputs))
+        return v4.writes(to_notebook(page, outputs))
     blocks, values = outputs
     facts = [key, "".join(page.lines), [[b.text, [[f.svg, f.alt] for f in b.figures]] for b in blocks], values]
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
@@ -47,12 +47,12 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
             return text
     except (OSError, ValueError):
         pass
-    text = nbformat.writes(to_notebook(page, outputs))
+    text = v4.writes(to_notebook(page, outputs))
     write_atomically(path, f"{version}\n{text}")
     return text
 
 
-def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> nbformat.NotebookNode:
+def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> NotebookNode:
     """Inline values are filled in and block outputs attached when the page has run."""
     blocks_out, values = outputs if outputs else (None, None)
     cells = [_code(SETUP, "setup")]
@@ -77,14 +77,14 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> nbformat.Noteb
     flush()
     for number, cell in enumerate(cells):
         cell.id = f"cell-{number}"  # nbformat's ids are random; the same page must export the same bytes
-    notebook = v4.new_notebook(cells=cells)
-    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    return notebook
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return from_dict({"nbformat": v4.nbformat, "nbformat_minor": v4.nbformat_minor,
+                      "metadata": {"kernelspec": kernel}, "cells": cells})
 
 
 def _code(source: str, tag: str | None = None, outputs: tuple[dict, ...] = ()) -> NotebookNode:
     """A code cell, built as plain data: nbformat's new_code_cell validates every cell, which
-    costs more than the rest of the export; the whole notebook is validated when written."""
+    costs more than the rest of the export."""
     return from_dict({"cell_type": "code", "execution_count": None, "metadata": {"tags": [tag]} if tag else {},
                       "source": source, "outputs": list(outputs)})
 
@@ -100,6 +100,8 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
 
 
 def _examples(block: Block) -> list[NotebookNode]:
+    import doctest  # here: a warm build reuses its notebooks and need not load it
+
     cells = []
     for example in doctest.DocTestParser().get_examples(block.code):
         want = example.want.rstrip("\n")

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-import psutil
-
 from lessonlib.engine import worker
 from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.errors import LessonError
@@ -228,17 +226,16 @@ def _located(r: _Running, message: str) -> LessonError:
 
 
 def _memory_mb(pid: int) -> float:
+    import psutil  # here: a build whose pages all come from the cache watches no process
+
+    def rss(process: psutil.Process) -> int:
+        try:
+            return process.memory_info().rss
+        except psutil.Error:
+            return 0
+
     try:
         process = psutil.Process(pid)
-        members = [process, *process.children(recursive=True)]
-        return sum(_rss(p) for p in members) / 2**20
+        return sum(rss(p) for p in [process, *process.children(recursive=True)]) / 2**20
     except psutil.Error:
         return 0.0
-
-
-def _rss(process: psutil.Process) -> int:
-    try:
-        return process.memory_info().rss
-    except psutil.Error:
-        return 0
-
