@@ -118,6 +118,7 @@ class _Run:
     def __init__(self, settings: Settings, report: Report) -> None:
         self.settings, self.report = settings, report
         self.environment = environment_fingerprint()
+        self.torch = version("torch")  # for the stamp; read once: each read parses its metadata
         self.cache = PageCache(settings.cache_dir) if settings.cache_dir else None
 
     def execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
@@ -225,14 +226,14 @@ class _Run:
         return max(1, min(self._cores(), pages))
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
-        return PageResult(page, render(page, *outputs, footer=stamp(key)), outputs, inputs, key=key)
+        return PageResult(page, render(page, *outputs, footer=stamp(key, self.torch)), outputs, inputs, key=key)
 
 
-def stamp(key: str) -> str:
-    """The build stamp under every executed page: how its numbers were produced."""
+def stamp(key: str, torch: str) -> str:
+    """The build stamp under every executed page: how its numbers were produced (`torch`: its version)."""
     device = os.environ.get("LESSONLIB_DEVICE", "cpu")
     return (
         f'<p class="lessonlib-stamp">Numbers and figures on this page were computed when the site was built: '
-        f"torch {version('torch')}, device <code>{device}</code>, seed {SEED}, "
+        f"torch {torch}, device <code>{device}</code>, seed {SEED}, "
         f"code hash <code>{key[:12]}</code>.</p>"
     )
