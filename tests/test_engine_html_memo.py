@@ -78,24 +78,45 @@ def test_memo_is_keyed_on_the_options_and_the_code_so_nothing_stale_is_served(tm
     assert html(PAGE, memo, pygments_lang_class=True) != html(PAGE, memo, pygments_lang_class=False)
 
 
-def test_saved_memo_holds_only_what_the_last_build_used(tmp_path):
-    first = HtmlMemo(tmp_path / "html.json")
-    html(PAGE, first)
-    first.save()
-    second = HtmlMemo(tmp_path / "html.json")
-    html("```python\nonly = 'this block'\n```\n", second)
-    second.save()
-    stored = json.loads((tmp_path / "html.json").read_text())
-    assert len(stored) == 1 and "this block" in next(iter(stored.values()))
+def build(memo_file: Path, page: str) -> HtmlMemo:
+    """One build of `page`: load the memo, render, save."""
+    memo = HtmlMemo(memo_file)
+    html(page, memo)
+    memo.save()
+    return memo
 
 
-@pytest.mark.parametrize("content", ["{not json", '["a list"]', '{"key": 3}'])
+def test_an_entry_stays_while_one_of_the_last_builds_used_it(tmp_path, pygments_calls):
+    memo_file = tmp_path / "html.json"
+    build(memo_file, PAGE)
+    for i in range(HtmlMemo.KEEP - 1):  # other builds, each with something new (a preview, a branch)
+        build(memo_file, f"```python\nbranch = {i}\n```\n")
+    pygments_calls.clear()
+    build(memo_file, PAGE)
+    assert pygments_calls == ["x = 1"]  # every block of PAGE was still kept: only the inline span ran
+    for i in range(HtmlMemo.KEEP):
+        build(memo_file, f"```python\nlater = {i}\n```\n")
+    stored = json.loads(memo_file.read_text())["entries"]
+    assert len(stored) == HtmlMemo.KEEP and all("later" in html for _, html in stored.values())
+
+
+def test_a_build_that_renders_nothing_new_writes_nothing(tmp_path):
+    memo_file = tmp_path / "html.json"
+    build(memo_file, PAGE)
+    before = memo_file.read_bytes()
+    build(memo_file, PAGE)
+    assert memo_file.read_bytes() == before
+    assert json.loads(before)["generation"] == 1
+
+
+@pytest.mark.parametrize("content", ["{not json", '["a list"]', '{"key": "<p>html</p>"}',
+                                     '{"generation": 2, "entries": {"key": "<p>html</p>"}}'])
 def test_a_damaged_memo_file_is_rendered_afresh(tmp_path, content):
     (tmp_path / "html.json").write_text(content)
     memo = HtmlMemo(tmp_path / "html.json")
     assert html(PAGE, memo) == html(PAGE, None)
     memo.save()
-    assert isinstance(json.loads((tmp_path / "html.json").read_text()), dict)
+    assert json.loads((tmp_path / "html.json").read_text())["generation"] == 1
 
 
 def test_mathml_from_the_memo_equals_mathml_converted_afresh(tmp_path):
@@ -106,7 +127,7 @@ def test_mathml_from_the_memo_equals_mathml_converted_afresh(tmp_path):
     assert to_mathml(page, memo) == fresh
     memo.save()
     later = HtmlMemo(tmp_path / "html.json")
-    assert set(later.stored) == set(memo.used) and len(later.stored) == 2
+    assert set(later.entries) == memo.used and len(memo.used) == 2
     assert to_mathml(page, later) == fresh
 
 

@@ -4,8 +4,8 @@ third of a warm build's time, every build, for code and formulas that had not ch
 
 An entry is keyed on its source and on everything that renders it: the options, and the
 versions of the packages that do the rendering; never on file times. The memo is one file, read
-once per build and replaced at its end by the entries that build used, so it holds one site's
-worth and no more.
+once per build and rewritten at its end when the build rendered something new, without the
+entries that none of the last few builds used: it holds a few builds' worth and no more.
 """
 from __future__ import annotations
 
@@ -25,11 +25,18 @@ RENDERERS = ("Pygments", "pymdown-extensions", "latex2mathml")
 
 
 class HtmlMemo:
+    """Entries by key, each with the last "generation" that used it. A build that renders
+    anything new writes the memo as the next generation; an entry none of the last KEEP
+    generations used is dropped. A build that rendered nothing new writes nothing."""
+
+    KEEP = 8  # generations: a full build and an EXECUTE=0 preview, or two branches, don't evict each other
+
     def __init__(self, path: Path | None) -> None:
         self.path = path  # None: remember within this build only
         self.renderers = [version(name) for name in RENDERERS]
-        self.stored = _load(path)
-        self.used: dict[str, str] = {}
+        self.generation, self.entries = _load(path)  # key -> [generation last used, html]
+        self.used: set[str] = set()
+        self.added = False
 
     def get(self, kind: str, source: Any, render: Callable[[], str]) -> str:
         """The HTML `render()` makes from `source` (anything JSON can hold), rendered at most once."""
@@ -37,23 +44,33 @@ class HtmlMemo:
             key = hashlib.sha256(json.dumps([kind, self.renderers, source], sort_keys=True).encode()).hexdigest()
         except TypeError:  # an option JSON cannot hold: render it, keep nothing
             return render()
-        if key not in self.used:
-            self.used[key] = self.stored[key] if key in self.stored else render()
-        return self.used[key]
+        if key not in self.entries:
+            self.entries[key] = [self.generation, render()]
+            self.added = True
+        self.used.add(key)
+        return self.entries[key][1]
 
     def save(self) -> None:
-        if self.path is not None and self.used != self.stored:
-            write_atomically(self.path, json.dumps(self.used))
-            self.stored = dict(self.used)
+        if self.path is None or not self.added:
+            return
+        generation = self.generation + 1
+        for key in self.used:
+            self.entries[key][0] = generation
+        kept = {key: entry for key, entry in self.entries.items() if generation - entry[0] < self.KEEP}
+        write_atomically(self.path, json.dumps({"generation": generation, "entries": kept}))
+        self.generation, self.entries, self.added = generation, kept, False
 
 
-def _load(path: Path | None) -> dict[str, str]:
+def _load(path: Path | None) -> tuple[int, dict[str, list]]:
     try:
         stored = json.loads(path.read_text(encoding="utf-8")) if path else {}
-    except (OSError, ValueError):  # absent, or cut short: render again
-        return {}
-    ok = isinstance(stored, dict) and all(isinstance(v, str) for v in stored.values())
-    return stored if ok else {}
+        generation, entries = stored["generation"], stored["entries"]
+        if isinstance(generation, int) and all(isinstance(g, int) and isinstance(html, str)
+                                               for g, html in entries.values()):
+            return generation, entries
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # absent, cut short or not ours
+        pass
+    return 0, {}
 
 
 class MemoHighlightExtension(HighlightExtension):
