@@ -62,8 +62,10 @@ class HtmlMemo:
 
 
 def _load(path: Path | None) -> tuple[int, dict[str, list]]:
+    if path is None:
+        return 0, {}
     try:
-        stored = json.loads(path.read_text(encoding="utf-8")) if path else {}
+        stored = json.loads(path.read_text(encoding="utf-8"))
         generation, entries = stored["generation"], stored["entries"]
         if isinstance(generation, int) and all(isinstance(g, int) and isinstance(html, str)
                                                for g, html in entries.values()):
