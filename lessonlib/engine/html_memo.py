@@ -1,6 +1,7 @@
 """HTML that a build renders the same way from the same source every time, kept between builds:
-highlighted code (Pygments, through pymdownx.highlight) and MathML (latex2mathml). They took a
-third of a warm build's time, every build, for code and formulas that had not changed.
+highlighted code (Pygments, through pymdownx.highlight), MathML (latex2mathml) and, through
+search_memo, Material's search entries. They took a third of a warm build's time, every build,
+for code and formulas that had not changed.
 
 An entry is keyed on its source and on everything that renders it: the options, and the
 versions of the packages that do the rendering; never on file times. The memo is one file, read

@@ -2,9 +2,9 @@
 
 Every executable page runs in ``on_pre_build``, which MkDocs calls before it cleans site_dir:
 a failing page stops the build and the previous site stays as it was. The pages are then
-rendered from those results, their unchanged code's highlighting and math from an HtmlMemo.
-Under ``mkdocs serve``, what the pages read (helpers, data files, lessonlib's modules) is
-watched too, so editing any of it rebuilds.
+rendered from those results; what they render the same way every time (highlighted code,
+MathML, search entries) comes from an HtmlMemo. Under ``mkdocs serve``, what the pages read
+(helpers, data files, lessonlib's modules) is watched too, so editing any of it rebuilds.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.notebook import notebook_text
 from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
 from lessonlib.engine.render import figure_files
+from lessonlib.engine.search_memo import memoize_search
 
 log = get_plugin_logger(__name__)
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
@@ -53,6 +54,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return config
 
     def on_pre_build(self, config):
+        memoize_search(config.plugins.values(), self.memo)  # after every on_config: search makes its index there
         sources = []
         for file in get_files(config).documentation_pages():
             if file.src_uri.endswith(".md") and not file.inclusion.is_excluded():
