@@ -7,8 +7,10 @@ environment variables it read, the installed versions. Each test changes one of 
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import uuid
+from dataclasses import replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -323,3 +325,54 @@ def test_the_page_that_took_longest_last_time_starts_first(tmp_path, settings):
     assert order("") == ["docs/quick.md", "docs/slow.md"]
     assert order("\nedited = 1") == ["docs/slow.md", "docs/quick.md"]
 
+
+
+# --- how big the cache grows ------------------------------------------------------------------------
+
+def stored(settings: Settings, folder: str) -> list[str]:
+    return sorted(p.name for p in (settings.cache_dir / folder).glob("*.json"))
+
+
+def test_past_the_limit_the_entries_used_least_recently_go_and_only_run_again(tmp_path, settings, experiment):
+    """With no room at all, a run keeps only what it used: hits (of a page or of a memoized
+    call) count as use. What was dropped runs again when next needed."""
+    tight, log, other = replace(settings, cache_limit_mb=0), tmp_path / "log", tmp_path / "other"
+    execute_pages([(memo_page(log), PATH)], tight)
+    edited = memo_page(log, later="x = 1")
+    execute_pages([(edited, PATH)], tight)  # the page runs again, its memoized call is a hit
+    assert runs(log) == 1 and len(stored(settings, "pages")) == 1 and len(stored(settings, "memo")) == 2  # train, on_page
+
+    lines: list[str] = []
+    hit, _ = execute_pages([(edited, PATH), (page_with_side_effect(other), "docs/other.md")], tight, lines.append)
+    assert hit.from_cache and len(stored(settings, "pages")) == 2
+    assert stored(settings, "memo") == [] and not list((settings.cache_dir / "memo").glob("*.pkl"))
+    assert "cache: dropped the 2 entries used least recently, to stay under 0 MB" in lines
+
+    assert execute_pages([(edited, PATH)], tight)[0].from_cache, "a page this run hit was kept"
+    execute_pages([(memo_page(log, later="x = 2"), PATH)], tight)
+    assert runs(log) == 2, "the dropped memoized call ran again"
+
+
+def test_prune_goes_by_last_use_and_leaves_a_held_lock(tmp_path):
+    def entry(name: str, size: int, used: float) -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * size)
+        os.utime(path, (used, used))
+        return path
+
+    entry("pages/old.json", 600, used=100)
+    entry("locks/old.lock", 0, used=100)
+    entry("memo/mid.json", 10, used=200)
+    entry("memo/mid.pkl", 600, used=150)  # a unit's last use is its latest file's
+    entry("memo/mid.lock", 0, used=200)
+    entry("pages/new.json", 600, used=300)
+    assert cache_module.prune(tmp_path, limit_mb=1300 / 2**20, since=1000) == 1
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
+        "memo/mid.json", "memo/mid.lock", "memo/mid.pkl", "pages/new.json"]
+
+    held = cache_module.file_lock(tmp_path / "memo/mid.lock")  # a build computing that call again
+    assert cache_module.prune(tmp_path, limit_mb=0, since=250) == 1, "never what this run used"
+    held.close()
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
+        "memo/mid.lock", "pages/new.json"]

@@ -9,12 +9,14 @@ successful runs. Nothing here imports torch.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import os
 import platform
 import re
+import tempfile
 import uuid
 from dataclasses import asdict, dataclass
 from importlib.metadata import distributions
@@ -95,6 +97,7 @@ class PageCache:
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
             blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]]) for b in payload["blocks"]]
+            touch(path)
             return Entry((blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:
             return None
@@ -111,6 +114,47 @@ class PageCache:
     def lock(self, key: str, wait: bool) -> IO | None:
         """The page's lock (see file_lock)."""
         return file_lock(self.locks / f"{key}.lock", wait)
+
+
+def prune(root: Path, limit_mb: float, since: float) -> int:
+    """Drop the least recently used page entries and memoized results (a hit marks one used)
+    until the cache holds at most `limit_mb`; never one used at or after `since` (this build's
+    start). Returns how many were dropped. Safe beside other builds: a dropped entry is a miss."""
+    units: dict[Path, list[os.stat_result]] = {}
+    for folder in ("pages", "memo"):
+        for path in (root / folder).glob("*"):
+            if path.suffix in (".json", ".pkl"):  # not a lock, not a write in progress
+                with contextlib.suppress(FileNotFoundError):  # another build's prune took it
+                    units.setdefault(path.with_suffix(""), []).append(path.stat())
+    size = sum(s.st_size for stats in units.values() for s in stats)
+    last_used = sorted((max(s.st_mtime for s in stats), unit) for unit, stats in units.items())
+    dropped = 0
+    for used, unit in last_used:
+        if size <= limit_mb * 2**20 or used >= since:
+            break
+        for suffix in (".json", ".pkl"):
+            unit.with_suffix(suffix).unlink(missing_ok=True)
+        size -= sum(s.st_size for s in units[unit])
+        dropped += 1
+        lock = (root / "locks" if unit.parent.name == "pages" else unit.parent) / f"{unit.name}.lock"
+        if (held := file_lock(lock, wait=False)) is not None:  # nobody is computing it
+            lock.unlink(missing_ok=True)
+            held.close()
+    return dropped
+
+
+def file_clock(root: Path) -> float:
+    """Now, by the clock that stamps file times. It can lag time.time() by a few milliseconds:
+    measured by it, an entry used just after a run began never looks older than the run."""
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=root) as f:
+        return os.fstat(f.fileno()).st_mtime
+
+
+def touch(path: Path) -> None:
+    """Mark a stored entry as used now, for prune."""
+    with contextlib.suppress(OSError):
+        os.utime(path)
 
 
 def file_lock(path: Path, wait: bool = True) -> IO | None:

@@ -35,7 +35,7 @@ import joblib
 import numpy as np
 
 from lessonlib.engine import SEED
-from lessonlib.engine.cache import environment_fingerprint, file_lock, write_atomically
+from lessonlib.engine.cache import environment_fingerprint, file_lock, touch, write_atomically
 from lessonlib.engine.inputs import Manifest, Recorder, note
 
 F = TypeVar("F", bound=Callable)
@@ -137,6 +137,7 @@ def _stored_result(store: MemoStore, entry_path: Path, result_path: Path) -> Any
     entry = _valid_entry(store, entry_path, result_path)
     if entry is None:
         return _MISSING
+    touch(entry_path)
     note(Manifest.from_json(entry["manifest"]))  # the page depends on what the call read
     return joblib.load(result_path)
 

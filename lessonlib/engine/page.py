@@ -20,7 +20,7 @@ import lessonlib
 from lessonlib.device import cpus
 from lessonlib.engine import SEED
 from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.cache import Entry, PageCache, environment_fingerprint, page_key
+from lessonlib.engine.cache import Entry, PageCache, environment_fingerprint, file_clock, page_key, prune
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
@@ -40,6 +40,7 @@ class Settings:
     workers: int = 0  # pages at once, and processes a page's experiments start; 0: one per core (LESSONLIB_WORKERS)
     memory_limit_mb: float | None = None  # per page, its child processes included; None: no limit
     output_limit_kb: float = 1024  # per block, text and figures
+    cache_limit_mb: float = 1024  # page entries and memoized results; the least recently used go first
 
     def __post_init__(self) -> None:
         # Pages run in their own folders: every path the engine hands to a worker is absolute.
@@ -120,6 +121,7 @@ class _Run:
         self.environment = environment_fingerprint()
         self.torch = version("torch")  # for the stamp; read once: each read parses its metadata
         self.cache = PageCache(settings.cache_dir) if settings.cache_dir else None
+        self.started = file_clock(settings.cache_dir) if self.cache else 0.0  # what is used from now on stays
 
     def execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
         with tempfile.TemporaryDirectory(prefix="lessonlib-stacks-") as stacks:
@@ -159,6 +161,8 @@ class _Run:
             for lock in locks.values():
                 if lock is not None:
                     lock.close()
+        if self.cache and misses:  # only a page that ran can have stored something
+            self._prune()
         ran = sum(1 for i, _ in misses if isinstance(results[i], PageResult) and not results[i].from_cache)
         pages = f"{len(todo)} page{'s' if len(todo) != 1 else ''}"
         workers = self._workers(len(misses))
@@ -180,6 +184,13 @@ class _Run:
         result.from_cache, result.seconds = True, time.perf_counter() - started
         self.report(result.summary)
         return result
+
+    def _prune(self) -> None:
+        limit = self.settings.cache_limit_mb
+        dropped = prune(self.settings.cache_dir, limit, since=self.started)
+        if dropped:
+            entries = "entry" if dropped == 1 else "entries"
+            self.report(f"cache: dropped the {dropped} {entries} used least recently, to stay under {limit:g} MB")
 
     def _longest_first(self, miss: tuple[int, ParsedPage]) -> tuple[float, int]:
         """Start the longest pages first, so that no worker ends the build on a long page alone:

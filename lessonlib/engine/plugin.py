@@ -36,6 +36,7 @@ class LessonConfig(base.Config):
     workers = c.Type(int, default=0)
     memory_limit_mb = c.Optional(c.Type((int, float)))  # per page, with its child processes
     output_limit_kb = c.Type((int, float), default=1024)  # per block, text and figures
+    cache_limit_mb = c.Type((int, float), default=1024)  # the least recently used entries go first
 
 
 class LessonPlugin(BasePlugin[LessonConfig]):
@@ -127,7 +128,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
 def settings_from(config: LessonConfig, root: Path) -> Settings:
     return Settings(root=root, timeout=float(config.timeout), cache_dir=root / config.cache_dir,
                     workers=config.workers, memory_limit_mb=config.memory_limit_mb,
-                    output_limit_kb=float(config.output_limit_kb)).with_environment()
+                    output_limit_kb=float(config.output_limit_kb),
+                    cache_limit_mb=float(config.cache_limit_mb)).with_environment()
 
 
 def load_settings(config_file: Path) -> Settings:
