@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run pages (in parallel); print each block's output and every inline value")
     run.add_argument("pages", type=Path, nargs="+")
     run.add_argument("--refresh", action="store_true", help="ignore the cache (results are still stored)")
+    run.add_argument("--keep-going", action="store_true",
+                     help="run each page on past a failed assert, and list every assert that failed")
     export = commands.add_parser("notebook", help="export one page as a Jupyter notebook (runs it first)")
     export.add_argument("pages", type=Path, nargs=1, metavar="page")
     export.add_argument("-o", "--output", type=Path, required=True)
@@ -35,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         return _check(args.pages)
     settings = load_settings(args.config) if args.config.is_file() else Settings().with_environment()
-    settings = replace(settings, refresh=settings.refresh or getattr(args, "refresh", False))
+    settings = replace(settings, refresh=settings.refresh or getattr(args, "refresh", False),
+                       keep_going=getattr(args, "keep_going", False))
     root = settings.root.resolve()
     for page in args.pages:
         if root not in page.resolve().parents:

@@ -229,3 +229,45 @@ def test_splitting_finds_nested_fences_and_ignores_other_fences():
     assert [b.kind for b in page.blocks] == ["pycon", "exec"]
     assert page.blocks[1].first_line == 14 and page.blocks[1].indent == "    "
     assert page.inlines == []
+
+
+def test_keep_going_runs_past_failed_asserts_and_names_every_one():
+    page = """\
+    ```python exec
+    x = 1
+    assert x == 2, f"x is {x}"
+    y = 2
+    ```
+
+    ```python exec
+    def check(v):
+        assert v > 5
+    check(y)
+    print("ran on")
+    ```
+
+    ```python exec
+    assert x + y == 3, "this one holds"
+    ```
+    """
+    assert error_of(page).line == 3  # without keep_going the first failure stops the page
+    error = error_of(page, keep_going=True)
+    assert error.line == 3 and error.message == "2 asserts failed"
+    assert error.detail.splitlines() == [f"{PATH}:3: x is 1", f"{PATH}:9: assertion failed: assert v > 5"]
+
+
+def test_keep_going_names_the_failed_asserts_before_an_error_that_stops_the_page():
+    error = error_of("```python exec\nassert 1 == 2, 'first'\nraise ValueError('then this')\n```\n",
+                     keep_going=True)
+    assert error.line == 3 and error.message == "ValueError: then this"
+    assert error.detail.startswith(f"{PATH}:2: earlier, first\n")
+
+
+def test_keep_going_gives_a_passing_page_the_same_outputs():
+    page = "```python exec\nimport torch\nassert True\nprint(torch.rand(2).tolist())\n```\n"
+    assert run(page, keep_going=True).outputs == run(page).outputs
+
+
+def test_every_page_flushes_subnormals_to_zero():
+    page = "```python exec\nimport torch\nprint((torch.tensor([1e-30]) * 1e-15).item())\n```\n"
+    assert run(page).outputs[0][0].text == "0.0\n"

@@ -5,6 +5,7 @@ enforces time and memory limits from outside, never imports this module.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import doctest
 import io
@@ -15,6 +16,7 @@ import traceback
 import numpy as np
 import torch
 
+from lessonlib.device import flush_subnormals
 from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
 from lessonlib.engine.errors import LessonError
@@ -25,11 +27,14 @@ DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def start_page(seed: int = SEED) -> None:
-    """The state every page starts from: one torch thread, the same seed in random, NumPy and
-    torch, and the house figure style. Exported notebooks call it in their first cell.
+    """The state every page starts from: subnormal floats flushed to zero, one torch thread,
+    the same seed in random, NumPy and torch, and the house figure style. Exported notebooks
+    call it in their first cell.
 
-    One thread, because a sum split over two threads can round differently from one over one,
-    and a page must print the same bytes wherever it runs (the lessons' models are tiny)."""
+    Subnormals first, before any thread exists, so that every thread torch starts inherits it
+    (lessonlib.device.flush_subnormals). One thread, because a sum split over two threads can
+    round differently from one over one (the lessons' models are tiny)."""
+    flush_subnormals()
     torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed)
@@ -52,9 +57,12 @@ class _CappedText(io.StringIO):
 
 
 class Session:
-    def __init__(self, page: ParsedPage, output_limit: int = 1 << 20) -> None:
+    def __init__(self, page: ParsedPage, output_limit: int = 1 << 20, keep_going: bool = False) -> None:
+        """keep_going: a failed assert is noted and the page runs on (failed_asserts lists them)."""
         self.page, self.path, self.output_limit = page, page.path, output_limit
-        self.namespace: dict = {"__name__": "__lesson__"}
+        self.keep_going = keep_going
+        self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
+        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure}
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
         start_page()
@@ -101,11 +109,25 @@ class Session:
             raise LessonError(self.path, inline.line, f"inline value `{inline.source}`: {type(e).__name__}: {e}") from None
 
     def _run_exec(self, block: Block) -> None:
+        source = "\n" * (block.first_line - 1) + block.code
         try:
-            code = compile("\n" * (block.first_line - 1) + block.code, self.path, "exec", dont_inherit=True)
+            code = compile(_soft_asserts(source, self.path) if self.keep_going else source, self.path, "exec",
+                           dont_inherit=True)
         except SyntaxError as e:
             raise LessonError(self.path, e.lineno or block.first_line, f"SyntaxError: {e.msg}") from None
         exec(code, self.namespace)
+
+    def _note_failure(self, line: int, message: object) -> None:
+        text = str(message) if message is not None else f"assertion failed: {linecache.getline(self.path, line).strip()}"
+        self.failed_asserts.append((line, text))
+
+    def assert_all_held(self) -> None:
+        """With keep_going, fail the page once it has run if any assert failed, naming each one."""
+        if self.failed_asserts:
+            line, _ = self.failed_asserts[0]
+            n = len(self.failed_asserts)
+            detail = "\n".join(f"{self.path}:{at}: {message}" for at, message in self.failed_asserts)
+            raise LessonError(self.path, line, f"{n} assert{'s' if n > 1 else ''} failed", detail)
 
     def _run_pycon(self, block: Block) -> None:
         examples = doctest.DocTestParser().get_examples(block.code)
@@ -128,7 +150,24 @@ class Session:
         if isinstance(exc, AssertionError) and not str(exc):
             message = f"assertion failed: {linecache.getline(self.path, line).strip()}"
         detail = "Traceback (most recent call last):\n" + "".join(frames.format()) if frames else ""
+        if self.failed_asserts:  # keep_going: what failed before this stopped the page
+            detail = "".join(f"{self.path}:{at}: earlier, {text}\n" for at, text in self.failed_asserts) + detail
         return LessonError(self.path, line, message, detail)
+
+
+_NOTE_FAILURE = "__lessonlib_assert_failed__"  # what a soft assert calls
+
+
+def _soft_asserts(source: str, path: str) -> ast.Module:
+    """The block's code with every `assert test, message` made `if not test: note(line, message)`."""
+
+    class Soften(ast.NodeTransformer):
+        def visit_Assert(self, node: ast.Assert) -> ast.If:
+            note = ast.Call(ast.Name(_NOTE_FAILURE, ast.Load()),
+                            [ast.Constant(node.lineno), node.msg or ast.Constant(None)], [])
+            return ast.copy_location(ast.If(ast.UnaryOp(ast.Not(), node.test), [ast.Expr(note)], []), node)
+
+    return ast.fix_missing_locations(Soften().visit(ast.parse(source, path)))
 
 
 class _PyconFailure(Exception):

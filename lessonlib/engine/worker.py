@@ -41,6 +41,7 @@ class PageJob:
     environment: str  # the environment fingerprint, for memo keys
     cores: int  # the build's `workers`: the most processes the page's experiments may start
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
+    keep_going: bool = False  # run on past a failed assert, then fail naming every one
 
     @property
     def folder(self) -> Path:
@@ -84,7 +85,7 @@ def _run(conn: Connection, job: PageJob) -> tuple:
     cache = [Path(job.cache_dir)] if job.cache_dir else []
     recorder = Recorder([Path(r) for r in job.source_roots], cache, code_files={job.path})
     with recorder.recording():
-        session = Session(page, job.output_limit)
+        session = Session(page, job.output_limit, job.keep_going)
         store = MemoStore(Path(job.cache_dir, "memo"), [Path(r) for r in job.source_roots], cache,
                           session.namespace, job.refresh, job.environment) if job.cache_dir else None
         with memo_store(store):
@@ -94,6 +95,7 @@ def _run(conn: Connection, job: PageJob) -> tuple:
                 outputs.append(session.run(block))
             conn.send(("inline", None))
             values = {inline.source: session.value(inline) for inline in page.inlines}
+            session.assert_all_held()
     return (outputs, values), recorder.manifest().to_json()
 
 

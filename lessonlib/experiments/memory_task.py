@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.models.batched_rnn import BatchedRNNClassifier
-from lessonlib.device import cpus, one_cpu_thread
+from lessonlib.device import cpus, steady_cpu
 from lessonlib.models.gru import open_update_gate
 from lessonlib.models.lstm import open_forget_gate
 from lessonlib.models.transformer import Transformer
@@ -216,7 +216,7 @@ def train_seeds(
     Each model gets its own batches, its own loss, its own gradient clipping and its own
     stop: models never interact, so a seed's Run does not depend on which seeds train with it.
     """
-    with one_cpu_thread(device):  # tiny tensors: a second thread only adds waiting
+    with steady_cpu(device):  # tiny tensors: a second thread only adds waiting
         return _train_seeds(model_name, length, seeds, protocol, device)
 
 

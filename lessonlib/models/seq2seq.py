@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lessonlib.models.attention import dot_product_attention
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.progress import progress as progress_bar
 
 # ----------------------------------------------------------------------------- the task
@@ -266,7 +266,7 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / steps)
     bar = progress_bar(range(steps), f"seq2seq {'with' if attention else 'without'} attention",
                        enabled=progress)
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for _ in bar:
             if padded:
                 src, tgt = make_padded_batch(batch_size, min_len, max_len, data, device)
@@ -294,7 +294,7 @@ def exact_match(model: Seq2Seq, lengths: list[int] | tuple[int, ...] = (4, 8, 12
     """
     device = next(model.parameters()).device if device is None else torch.device(device)
     accuracy = {}
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for length in lengths:
             src, tgt = make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
             tokens, _ = model.greedy_decode(src, max_len=length + 3)
