@@ -48,15 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     errors = [r for r in results if isinstance(r, LessonError)]
     for error in errors:
         print(error, file=sys.stderr)
-    if errors:
-        return 1
-    if args.command == "notebook":
+    if args.command == "notebook" and not errors:
         nbformat.write(to_notebook(results[0].page, results[0].outputs), args.output)
         print(f"wrote {args.output}")
-    else:
+    elif args.command == "run":  # the pages that passed, even when another failed
         for result in results:
-            _print_outputs(result)
-    return 0
+            if not isinstance(result, LessonError):
+                _print_outputs(result)
+    return 1 if errors else 0
 
 
 def _check(pages: list[Path]) -> int:
