@@ -271,3 +271,43 @@ def test_keep_going_gives_a_passing_page_the_same_outputs():
 def test_every_page_flushes_subnormals_to_zero():
     page = "```python exec\nimport torch\nprint((torch.tensor([1e-30]) * 1e-15).item())\n```\n"
     assert run(page).outputs[0][0].text == "0.0\n"
+
+
+def test_check_blocks_run_in_place_and_are_shown_only_at_the_end_under_their_section():
+    page = """\
+    # Title
+
+    ```python exec
+    x = 2
+    ```
+
+    ## Squares {#squares}
+
+    Two squared is `{py} x * x`.
+
+    ```python exec check
+    assert x * x == 4, "the square"
+    ```
+
+    ```python exec
+    y = 3
+    print("y is", y)
+    ```
+    """
+    result = run(page)
+    before, appendix = result.markdown.split('??? info "How this page checks its claims"')
+    assert 'assert x * x == 4' not in before and "Two squared is 4." in before
+    assert "y is 3" in before
+    assert "In *Squares*:" in appendix and '    assert x * x == 4, "the square"' in appendix
+    failing = error_of(page.replace("== 4", "== 5"))
+    assert failing.line == 12 and failing.message == "AssertionError: the square"
+
+
+def test_a_check_block_that_prints_or_draws_is_an_error():
+    assert "must not print or draw" in error_of("```python exec check\nprint(1)\n```\n").message
+    drawing = "```python exec check\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n"
+    assert "must not print or draw" in error_of(drawing).message
+
+
+def test_a_page_without_check_blocks_has_no_list_of_checks():
+    assert "How this page checks" not in run("```python exec\nassert True\n```\n").markdown

@@ -14,7 +14,7 @@ from markdown_it import MarkdownIt
 
 from lessonlib.engine.errors import LessonError
 
-FLAGS = {"hide-code", "hide-output", "html", "timing"}
+FLAGS = {"check", "hide-code", "hide-output", "html", "timing"}
 KEYED = {"caption", "timeout"}
 
 _md = MarkdownIt("commonmark").disable(["code", "inline"])
@@ -40,6 +40,12 @@ class Block:
     def first_line(self) -> int:
         """1-based Markdown line of the block's first code line."""
         return self.start + 2
+
+    @property
+    def check(self) -> bool:
+        """A block of asserts that back the prose: run in place, shown only in the page's
+        collapsed list of checks (and in its notebook, folded)."""
+        return "check" in self.options
 
     @property
     def timeout(self) -> float | None:

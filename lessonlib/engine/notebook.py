@@ -4,7 +4,8 @@ Prose becomes Markdown cells (inline values filled in as plain text), each ``pyt
 block a code cell with the page's output attached, and each ``>>>`` example of a ``pycon``
 block a cell of its own, with its expected output. A first cell starts the kernel where every
 page starts (seed 0 everywhere, the house figure style). Cells carry tags: ``timing`` for
-measured timings, ``pycon`` for examples, ``setup`` for the first one.
+measured timings, ``check`` for the asserts that back the prose (their source folded),
+``pycon`` for examples, ``setup`` for the first one.
 """
 from __future__ import annotations
 
@@ -85,7 +86,10 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> NotebookNode:
 def _code(source: str, tag: str | None = None, outputs: tuple[dict, ...] = ()) -> NotebookNode:
     """A code cell, built as plain data: nbformat's new_code_cell validates every cell, which
     costs more than the rest of the export."""
-    return from_dict({"cell_type": "code", "execution_count": None, "metadata": {"tags": [tag]} if tag else {},
+    metadata = {"tags": [tag]} if tag else {}
+    if tag == "check":  # the page's evidence: there to run and read, folded away in Jupyter
+        metadata["jupyter"] = {"source_hidden": True}
+    return from_dict({"cell_type": "code", "execution_count": None, "metadata": metadata,
                       "source": source, "outputs": list(outputs)})
 
 
@@ -96,7 +100,8 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
             outputs.append({"output_type": "stream", "name": "stdout", "text": output.text})
         outputs += [{"output_type": "display_data", "metadata": {},
                      "data": {"image/svg+xml": figure.svg, "text/plain": figure.alt}} for figure in output.figures]
-    return _code(_quiet(block.code.rstrip()), "timing" if "timing" in block.options else None, tuple(outputs))
+    tag = "check" if block.check else "timing" if "timing" in block.options else None
+    return _code(_quiet(block.code.rstrip()), tag, tuple(outputs))
 
 
 def _examples(block: Block) -> list[NotebookNode]:

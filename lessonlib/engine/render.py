@@ -24,8 +24,37 @@ def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str
             continue
         out.append(render_line(page, i, values))
         i += 1
-    text = "".join(out)
+    text = "".join(out) + checks_appendix(page)
     return f"{text.rstrip()}\n\n{footer}\n" if footer else text
+
+
+CHECKS_TITLE = "How this page checks its claims"
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*(?:\{[^}]*\})?\s*$")
+
+
+def checks_appendix(page: ParsedPage) -> str:
+    """The page's check blocks, gathered at its end in one collapsed block, each under the name
+    of the section it runs in: the evidence for the prose, out of the reader's way."""
+    checks = [b for b in page.blocks if b.check]
+    if not checks:
+        return ""
+    out = [f'\n??? info "{CHECKS_TITLE}"\n\n',
+           "    Every claim on this page is checked when the site is built, by the code below: it runs where\n"
+           "    its section stands, and a claim that fails stops the build.\n"]
+    for block in checks:
+        out += [f"\n    In *{section_of(page, block)}*:\n\n    ```python\n"]
+        out += [f"    {row}\n" if row.strip() else "\n" for row in block.code.rstrip().split("\n")]
+        out.append("    ```\n")
+    return "".join(out)
+
+
+def section_of(page: ParsedPage, block: Block) -> str:
+    """The title of the heading the block stands under (the page's title before any heading)."""
+    for i in range(block.start - 1, -1, -1):
+        match = _HEADING.match(page.lines[i]) if page.prose[i] else None
+        if match:
+            return match.group(1)
+    return "the introduction"
 
 
 def render_line(page: ParsedPage, i: int, values: dict[str, str] | None, escape: bool = True) -> str:
@@ -60,6 +89,8 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
     source = page.lines[block.start : block.end]
     if block.kind == "pycon":
         return source
+    if block.check:  # shown at the end of the page (checks_appendix)
+        return []
     lines: list[str] = []
     if "hide-code" not in block.options or output is None:
         marker = re.match(r"\s*(`{3,}|~{3,})", source[0]).group(1)

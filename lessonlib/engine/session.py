@@ -84,6 +84,9 @@ class Session:
                 raise self._located(e, f"{type(e).__name__}: {e}", block) from None
         result = BlockOutput(output.getvalue(), [])
         svgs = svg.take_figures()
+        if block.check and (result.text or svgs):
+            raise LessonError(self.path, block.start + 1, "a check block shows nothing, so it must not print or draw: "
+                              "move what it shows to a block of its own")
         if svgs and not block.options.get("caption", "").strip():
             raise LessonError(self.path, block.start + 1, 'this block makes a figure but has no alt text: add caption="..."')
         if svgs:
