@@ -23,7 +23,7 @@ LESSONS = sorted((ROOT / "docs" / "lessons").glob("*.md"))
 SMALL = """\
 # Small
 
-```python exec caption="A line."
+```python exec alt="A line."
 s = "<b>*x*</b>"
 import matplotlib.pyplot as plt
 plt.plot([1, 2])

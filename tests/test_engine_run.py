@@ -85,7 +85,7 @@ def test_unknown_option_is_an_error_at_the_fence():
 
 def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     page = """\
-    ```python exec caption="A rising line."
+    ```python exec alt="A rising line."
     import matplotlib.pyplot as plt
     plt.plot([0, 1], [0, 1])
     ```
@@ -101,7 +101,7 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     assert f'<img src="{name}" alt="A rising line.">' in first.markdown
 
 
-@pytest.mark.parametrize("options", ["", ' caption=""', " caption=' '"])
+@pytest.mark.parametrize("options", ["", ' alt=""', " alt=' '", ' caption="Only a caption."'])
 def test_a_figure_without_caption_is_an_error(options):
     error = error_of(f"# t\n\n```python exec{options}\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n")
     assert str(error).startswith(f"{PATH}:3: this block makes a figure but has no alt text")

@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 from lessonlib.engine.errors import LessonError
 
 FLAGS = {"check", "hide-code", "hide-output", "html", "timing"}
-KEYED = {"caption", "timeout"}
+KEYED = {"alt", "caption", "timeout"}
 
 _md = MarkdownIt("commonmark").disable(["code", "inline"])
 # Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
@@ -113,7 +113,7 @@ def literal_text(span: re.Match[str]) -> str | None:
 # A fence that means to run but would be shown as plain code: `py exec`, `{python exec}`,
 # `python3 exec`, `python hide-code` (exec forgotten) ...
 _LOOKS_EXECUTABLE = re.compile(
-    r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:caption|timeout)=)", re.I)
+    r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:alt|caption|timeout)=)", re.I)
 
 
 def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:

@@ -26,7 +26,7 @@ from typing import IO
 from lessonlib.engine import SEED
 from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import BlockOutput, Figure, PageOutputs
+from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs
 
 FORMAT = 3  # bump when the stored layout or the rendering contract changes
 ENGINE = Path(__file__).parent
@@ -96,7 +96,8 @@ class PageCache:
             payload = entry["payload"]
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
-            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]]) for b in payload["blocks"]]
+            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]])
+                      for b in payload["blocks"]]
             touch(path)
             return Entry((blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from nbformat import NotebookNode, from_dict, v4
@@ -19,7 +20,7 @@ from nbformat import NotebookNode, from_dict, v4
 from lessonlib.engine.blocks import Block, ParsedPage
 from lessonlib.engine.cache import path_name, write_atomically
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
-from lessonlib.engine.render import render_line
+from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
 
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
@@ -39,7 +40,7 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
     if store is None:
         return v4.writes(to_notebook(page, outputs))
     blocks, values = outputs
-    facts = [key, "".join(page.lines), [[b.text, [[f.svg, f.alt] for f in b.figures]] for b in blocks], values]
+    facts = [key, "".join(page.lines), [asdict(b) for b in blocks], values]
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
     path = store / f"{path_name(page.path)}.ipynb"
     try:
@@ -100,6 +101,9 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
             outputs.append({"output_type": "stream", "name": "stdout", "text": output.text})
         outputs += [{"output_type": "display_data", "metadata": {},
                      "data": {"image/svg+xml": figure.svg, "text/plain": figure.alt}} for figure in output.figures]
+        outputs += [{"output_type": "display_data", "metadata": {},
+                     "data": {"text/markdown": markdown_table(table),
+                              "text/plain": DATA_TITLE}} for table in output.tables]
     tag = "check" if block.check else "timing" if "timing" in block.options else None
     return _code(_quiet(block.code.rstrip()), tag, tuple(outputs))
 

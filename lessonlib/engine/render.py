@@ -6,7 +6,7 @@ import html
 import re
 
 from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source, literal_text
-from lessonlib.engine.outputs import BlockOutput
+from lessonlib.engine.outputs import BlockOutput, DataTable, Figure
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
 
@@ -105,7 +105,8 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
         pieces.append("\n".join(row for row in output.text.splitlines() if row.strip()))
     elif output.text and "hide-output" not in block.options:
         pieces.append(_text_output(output.text, timing="timing" in block.options))
-    pieces += [_figure(f.svg, f.alt, timing="timing" in block.options) for f in output.figures]
+    pieces += [_figure(f, timing="timing" in block.options) for f in output.figures]
+    pieces += [data_table(t) for t in output.tables]
     for piece in pieces:
         lines.append("\n")
         lines += [f"{block.indent}{row}\n" if row else "\n" for row in piece.split("\n")]
@@ -146,12 +147,28 @@ def figure_file(svg: str, timing: bool = False) -> str:
     return f"{prefix}-{hashlib.sha256(svg.encode()).hexdigest()[:16]}.svg"
 
 
-def _figure(svg: str, alt: str, timing: bool = False) -> str:
+def _figure(figure: Figure, timing: bool = False) -> str:
     # A file beside the page, not a data URI: pages stay small to build, search and load.
-    alt = html.escape(alt, quote=True)
+    alt = html.escape(figure.alt, quote=True)
     classes = f"lessonlib-figure {TIMING_CLASS}" if timing else "lessonlib-figure"
     note = f'<small class="lessonlib-timing-note">{TIMING_NOTE}</small>' if timing else ""
+    caption = f"<figcaption>{html.escape(figure.caption)}</figcaption>" if figure.caption.strip() else ""
     return (
-        f'<figure class="{classes}"><img src="{figure_file(svg, timing)}" alt="{alt}">'
-        f'<figcaption aria-hidden="true">{alt}</figcaption>{note}</figure>'
+        f'<figure class="{classes}"><img src="{figure_file(figure.svg, timing)}" alt="{alt}">'
+        f"{caption}{note}</figure>"
     )
+
+
+DATA_TITLE = "The data in this figure"
+
+
+def data_table(table: DataTable) -> str:
+    """A figure's numbers as a Markdown table in a collapsed block, for readers who cannot see it."""
+    body = "\n".join(f"    {row}" for row in markdown_table(table).split("\n"))
+    return f'??? note "{DATA_TITLE}"\n\n{body}'
+
+
+def markdown_table(table: DataTable) -> str:
+    rows = [table.columns, ["---"] * len(table.columns), *table.rows]
+    return "\n".join("| " + " | ".join(_as_text(cell) for cell in row) + " |" for row in rows)
+

@@ -23,6 +23,7 @@ from lessonlib.engine.errors import LessonError
 from lessonlib.engine.outputs import BlockOutput, Figure
 
 SEED = 0
+ALT_LIMIT = 150  # characters of a figure's alt text
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
@@ -82,27 +83,44 @@ class Session:
                 raise self._located(e, f"the block called exit({e.code!r}): a page must run to its end", block) from None
             except Exception as e:
                 raise self._located(e, f"{type(e).__name__}: {e}", block) from None
-        result = BlockOutput(output.getvalue(), [])
-        svgs = svg.take_figures()
+        svgs, tables = svg.take_figures(), svg.take_tables()
+        result = BlockOutput(output.getvalue(), [], tables)
         if block.check and (result.text or svgs):
             raise LessonError(self.path, block.start + 1, "a check block shows nothing, so it must not print or draw: "
                               "move what it shows to a block of its own")
-        if svgs and not block.options.get("caption", "").strip():
-            raise LessonError(self.path, block.start + 1, 'this block makes a figure but has no alt text: add caption="..."')
+        if tables and not svgs:
+            raise LessonError(self.path, block.start + 1, "figure_data is the data of a figure: call it in the block "
+                              "that draws the figure")
         if svgs:
-            result.figures = [Figure(s, self._caption(block)) for s in svgs]
+            alt, caption = self._alt_and_caption(block)
+            result.figures = [Figure(s, alt, caption) for s in svgs]
         if output.overflowed or result.size > self.output_limit:
             raise LessonError(self.path, block.start + 1, f"this block's output is larger than the limit of "
                               f"{self.output_limit / 1024:,.0f} KB (output_limit_kb in mkdocs.yml): print less")
         return result
 
-    def _caption(self, block: Block) -> str:
-        """The alt text, an f-string over the page's values once the block has run, so that a
-        caption can state the finding the block measured: caption="Accuracy falls to {acc:.0%}"."""
+    def _alt_and_caption(self, block: Block) -> tuple[str, str]:
+        """A figure's alt text (required: its finding, in at most ALT_LIMIT characters) and its
+        caption (optional: it may say more). Both are f-strings over the page's values once the
+        block has run, so they can state what the block measured: alt="Accuracy falls to {acc:.0%}"."""
+        line = block.start + 1
+        alt, caption = (self._formatted(block, name) for name in ("alt", "caption"))
+        if not alt.strip():
+            raise LessonError(self.path, line, 'this block makes a figure but has no alt text: add alt="..." '
+                              f"(what the figure shows, in at most {ALT_LIMIT} characters)")
+        if len(alt) > ALT_LIMIT:
+            raise LessonError(self.path, line, f"the alt text has {len(alt)} characters, more than {ALT_LIMIT}: "
+                              "state the finding, and leave the rest to caption=")
+        if alt.strip() == caption.strip():
+            raise LessonError(self.path, line, "the alt text equals the caption, so a screen reader reads it twice: "
+                              "let the alt text state the finding and the caption say what is drawn")
+        return alt, caption
+
+    def _formatted(self, block: Block, option: str) -> str:
         try:
-            return eval("f" + repr(block.options["caption"]), self.namespace)
+            return eval("f" + repr(block.options.get(option, "")), self.namespace)
         except Exception as e:
-            raise LessonError(self.path, block.start + 1, f"caption: {type(e).__name__}: {e}") from None
+            raise LessonError(self.path, block.start + 1, f"{option}: {type(e).__name__}: {e}") from None
 
     def value(self, inline: Inline) -> str:
         try:
