@@ -296,6 +296,26 @@ def sweep(
     return {(m, L, s): results[m, L, s] for m in models for L in lengths_of[m] for s in seeds}
 
 
+def recurrent_gradient_terms(model: MemoryModel, tokens: Tensor, labels: Tensor) -> Tensor:
+    """(L, H, H): what each step contributes to the gradient of the loss with respect to the
+    RNN's recurrent weight W_hh, for tokens (B, L) and labels (B,); the terms sum to it.
+
+    The gradient of a shared weight is a sum with one term per step, the step's error signal
+    times the state it read. To see the terms, the loop is written out with a copy of W_hh per
+    step: each copy's gradient is one term, and the terms add up to W_hh's gradient."""
+    rnn = model.rnn
+    if not isinstance(rnn, nn.RNN):
+        raise ValueError("the per-step gradient is written out for the plain RNN (model 'rnn')")
+    x = model.embed(tokens)  # (B, L, E)
+    copies = rnn.weight_hh_l0.detach().expand(x.shape[1], -1, -1).clone().requires_grad_()  # (L, H, H)
+    h = x.new_zeros(x.shape[0], rnn.hidden_size)  # (B, H)
+    for t in range(x.shape[1]):
+        h = torch.tanh(x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ copies[t].T + rnn.bias_hh_l0)
+    loss = F.cross_entropy(model.head(h), labels)
+    (terms,) = torch.autograd.grad(loss, copies)
+    return terms
+
+
 def format_table(results: dict[tuple[str, int, int], Run]) -> str:
     """One row per (model, length): the validation accuracy of each seed, then the steps each took."""
     rows = list(dict.fromkeys((m, L) for m, L, _ in results))
