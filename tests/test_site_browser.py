@@ -196,9 +196,9 @@ def test_every_page_reads_well(reader, base_url, path):
         assert image["alt"].strip(), f"image without alt text: {image}"
     math = page.eval_on_selector_all(".arithmatex", "els => els.map(e => !!e.querySelector('math'))")
     assert all(math), "some math was not rendered to MathML"
-    text = page.evaluate(  # prose only: code may show TeX on purpose
+    text = page.evaluate(  # prose only: code and a notebook's copy text may show TeX
         "() => { const a = document.querySelector('article').cloneNode(true);"
-        " a.querySelectorAll('code, pre, script, style').forEach(e => e.remove()); return a.textContent; }"
+        " a.querySelectorAll('code, pre, script, style, .clipboard-copy-txt').forEach(e => e.remove()); return a.textContent; }"
     )
     raw = sorted(set(re.findall(r"\\[A-Za-z]+|\\[()[\]]|\$\$", text)))  # \frac, \(, $$ ... in prose or math
     assert not raw, f"raw TeX is visible: {raw}"

@@ -160,8 +160,12 @@ def diagnose_sample(sampler: Sampler) -> str | None:
     if not _near(share, want / want.sum()):
         return "temperature and top_k together: divide by the temperature and keep the top k, then draw."
 
-    first = sampler(logits.clone(), 1.0, None, torch.Generator().manual_seed(5))
-    again = sampler(logits.clone(), 1.0, None, torch.Generator().manual_seed(5))
+    many = logits[:1].expand(200, -1).clone()  # 200 draws: two unseeded runs cannot match by chance
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(1)
+        first = sampler(many.clone(), 1.0, None, torch.Generator().manual_seed(5))
+        torch.manual_seed(2)
+        again = sampler(many.clone(), 1.0, None, torch.Generator().manual_seed(5))
     if not torch.equal(first, again):
         return "the generator is ignored: pass it to torch.multinomial(..., generator=generator), so a seed repeats."
     return None
