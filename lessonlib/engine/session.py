@@ -10,6 +10,7 @@ import doctest
 import io
 import linecache
 import random
+import re
 import traceback
 
 import numpy as np
@@ -17,7 +18,7 @@ import torch
 
 from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.outputs import BlockOutput, Figure
 
 SEED = 0
@@ -67,13 +68,13 @@ class Session:
                     self._run_pycon(block)
                 else:
                     self._run_exec(block)
-            except LessonError:
+            except (LessonError, SetupError):  # located already, or nobody's page's fault
                 raise
             except SystemExit as e:
                 # exit() would end the page's process as if it had finished: a failure, said so.
                 raise self._located(e, f"the block called exit({e.code!r}): a page must run to its end", block) from None
             except Exception as e:
-                raise self._located(e, f"{type(e).__name__}: {e}", block) from None
+                raise self._located(e, f"{type(e).__name__}: {e}{_suggestion(e)}", block) from None
         result = BlockOutput(output.getvalue(), [])
         svgs = svg.take_figures()
         if svgs and not block.options.get("caption", "").strip():
@@ -103,8 +104,9 @@ class Session:
     def _run_exec(self, block: Block) -> None:
         try:
             code = compile("\n" * (block.first_line - 1) + block.code, self.path, "exec", dont_inherit=True)
-        except SyntaxError as e:
-            raise LessonError(self.path, e.lineno or block.first_line, f"SyntaxError: {e.msg}") from None
+        except SyntaxError as e:  # with the source line and the caret under the fault
+            detail = "".join(traceback.format_exception_only(type(e), e))
+            raise LessonError(self.path, e.lineno or block.first_line, f"{type(e).__name__}: {e.msg}", detail) from None
         exec(code, self.namespace)
 
     def _run_pycon(self, block: Block) -> None:
@@ -129,6 +131,16 @@ class Session:
             message = f"assertion failed: {linecache.getline(self.path, line).strip()}"
         detail = "Traceback (most recent call last):\n" + "".join(frames.format()) if frames else ""
         return LessonError(self.path, line, message, detail)
+
+
+def _suggestion(error: BaseException) -> str:
+    """Python's "Did you mean: ...?" for a misspelt name or attribute, which it adds only when
+    it prints a traceback."""
+    if not isinstance(error, (NameError, AttributeError)):
+        return ""
+    text = "".join(traceback.TracebackException.from_exception(error).format_exception_only())
+    hint = re.search(r"\. Did you mean: .*\?$", text.rstrip("\n"), re.M)
+    return hint.group(0) if hint else ""
 
 
 class _PyconFailure(Exception):
