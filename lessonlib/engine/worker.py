@@ -111,9 +111,10 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
         message = Failed(job.path, 1, "the engine failed while running this page", traceback.format_exc())
     try:
         message = _end_like_an_exit(children, message)
-    finally:
-        conn.send(message)
-        conn.close()
+    except BaseException:
+        message = Failed(job.path, 1, "the engine failed while ending the page's processes", traceback.format_exc())
+    conn.send(message)
+    conn.close()
 
 
 def _stdio(output: Connection) -> None:
@@ -187,8 +188,8 @@ def _end_like_an_exit(children: _Children, message: object) -> object:
     """A worker ends with os._exit, which skips the exit handlers that let libraries clean up
     after themselves (joblib's shared-memory folders, its pool's semaphores): stop joblib's
     process pool if the page started one, end every process the page left (a page that
-    otherwise finished fails for it), stop the resource trackers, then run the handlers, as a
-    normal exit would. Returns the message to send."""
+    otherwise finished fails for it), run the handlers, as a normal exit would, then stop the
+    resource trackers. Returns the message to send."""
     loky = sys.modules.get("joblib.externals.loky.reusable_executor")
     executor = getattr(loky, "_executor", None)
     if executor is not None:
@@ -196,25 +197,32 @@ def _end_like_an_exit(children: _Children, message: object) -> object:
         # semaphore) to the resource tracker, which then warns of leaks. Not stopped, exiting
         # would wait on its idle workers.
         executor.shutdown(wait=True, kill_workers=False)
-    trackers = _resource_trackers()
-    spare = frozenset(pid for pid, _ in trackers)
+    trackers = _helpers(_TRACKERS)
+    spare = frozenset(pid for pid, _ in trackers + _helpers((_FORKSERVER,)))
     if isinstance(message, Finished):
         message = children.left_running(spare) or message
     lifetime.end_processes(os.getpid(), include_root=False, spare=spare)
+    atexit._run_exitfuncs()  # joblib's unregister what they made with the trackers
     for _, tracker in trackers:
-        tracker._stop()  # its pipe closes: it cleans up what was left registered, then exits
-    lifetime.end_processes(os.getpid(), include_root=False)
-    atexit._run_exitfuncs()
+        tracker._stop()  # its pipe closes: it cleans up what is still registered, then exits
+    lifetime.end_processes(os.getpid(), include_root=False)  # a forkserver the page started
     return message
 
 
-def _resource_trackers() -> list[tuple[int, object]]:
-    """The resource tracker processes the page started (multiprocessing's, joblib's)."""
+# The processes multiprocessing and joblib start for themselves when a page uses them, which
+# last as long as the page's process: (module, its singleton, the attribute with the pid).
+_TRACKERS = (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
+             ("joblib.externals.loky.backend.resource_tracker", "_resource_tracker", "_pid"))
+_FORKSERVER = ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")
+
+
+def _helpers(which: tuple[tuple[str, str, str], ...]) -> list[tuple[int, object]]:
+    """Those of `which` the page started, still running, with their pids."""
     mine = {p.pid for p in lifetime.running_descendants(os.getpid())}
     found = []
-    for name in ("multiprocessing.resource_tracker", "joblib.externals.loky.backend.resource_tracker"):
-        tracker = getattr(sys.modules.get(name), "_resource_tracker", None)
-        pid = getattr(tracker, "_pid", None)
+    for module, name, pid_attribute in which:
+        helper = getattr(sys.modules.get(module), name, None)
+        pid = getattr(helper, pid_attribute, None)
         if pid in mine:
-            found.append((pid, tracker))
+            found.append((pid, helper))
     return found
