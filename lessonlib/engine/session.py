@@ -11,6 +11,7 @@ import io
 import linecache
 import random
 import re
+import sys
 import traceback
 
 import numpy as np
@@ -135,11 +136,13 @@ class Session:
 
 def _suggestion(error: BaseException) -> str:
     """Python's "Did you mean: ...?" for a misspelt name or attribute, which it adds only when
-    it prints a traceback."""
+    it prints a traceback (in C, before Python 3.12): as its own exception hook prints it."""
     if not isinstance(error, (NameError, AttributeError)):
         return ""
-    text = "".join(traceback.TracebackException.from_exception(error).format_exception_only())
-    hint = re.search(r"\. Did you mean: .*\?$", text.rstrip("\n"), re.M)
+    printed = io.StringIO()
+    with contextlib.redirect_stderr(printed):
+        sys.__excepthook__(type(error), error, error.__traceback__)
+    hint = re.search(r"\. Did you mean: .*\?$", printed.getvalue().rstrip("\n"))
     return hint.group(0) if hint else ""
 
 
