@@ -71,8 +71,8 @@ def _sqlite(path: Path, value: str) -> None:
 
 PROBES = {
     # the page's code, set-up (before the first run), change (before the second), output before and after
-    "exists": ("import os\nprint(os.path.exists('flag'))", lambda d: None,
-               lambda d: (d / "flag").write_text(""), "False\n", "True\n"),
+    "exists": ("import os\nprint(os.path.exists('sub/flag'))", lambda d: (d / "sub").mkdir(),
+               lambda d: (d / "sub/flag").write_text(""), "False\n", "True\n"),
     "getsize": ("import os\nprint(os.path.getsize('data.bin'))", lambda d: (d / "data.bin").write_bytes(b"12"),
                 lambda d: (d / "data.bin").write_bytes(b"123"), "2\n", "3\n"),
     "Path.is_file": ("from pathlib import Path\nprint(Path('maybe').is_file())", lambda d: (d / "maybe").mkdir(),

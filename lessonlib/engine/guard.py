@@ -1,4 +1,4 @@
-"""Imported first in the forkserver, the process the page workers are forked from (see
+"""Imported first in the forkserver (and only there: importing it installs it), the process the page workers are forked from (see
 lessonlib.engine.pool): it ends every process under it, workers and whatever their pages
 started, when the build ends in any way (SIGKILL included: the kernel tells it), or when it is
 sent SIGTERM or SIGHUP, then exits. It is their subreaper, so none escapes by a new session.
@@ -15,7 +15,6 @@ import sys
 
 from lessonlib.engine import lifetime
 
-BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build while it starts the forkserver
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
@@ -35,6 +34,6 @@ for _sig in _SIGNALS:
     signal.signal(_sig, _end_everything)
 lifetime.become_subreaper()
 lifetime.signal_when_parent_dies(signal.SIGTERM)
-if os.environ.get(BUILD_PID) not in (None, str(os.getppid())):  # the build died before that was set
+if os.environ.get(lifetime.BUILD_PID) not in (None, str(os.getppid())):  # the build died before that was set
     _end_everything(signal.SIGTERM, None)
 os.register_at_fork(after_in_child=_in_a_worker)

@@ -3,8 +3,9 @@
 A page's worker is a child subreaper: whatever its processes start, in new sessions or with
 double forks, stays its descendant when the process in between ends, so listing the worker's
 descendants finds every one. The forkserver the workers come from is a subreaper too, and ends
-every process under it when the build dies (lessonlib.engine.guard). Linux only: elsewhere
-these calls do nothing and a page's processes are found only while their parents live.
+every process under it when the build dies (lessonlib.engine.guard): what a worker that crashed
+left in a new session is ended then, the rest of its process group at once. Linux only:
+elsewhere these calls do nothing and a page's processes are found only while their parents live.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import sys
 
 import psutil
 
+BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build while it starts the forkserver, for its guard
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -25,7 +27,8 @@ def become_subreaper() -> None:
 
 
 def signal_when_parent_dies(sig: int) -> None:
-    """The kernel sends `sig` to this process when the thread that started it ends."""
+    """The kernel sends `sig` to this process when the thread that started it ends (the build's
+    thread that ran the first page: its main thread, under mkdocs build and serve alike)."""
     _prctl(_PR_SET_PDEATHSIG, int(sig))
 
 

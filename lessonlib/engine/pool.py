@@ -12,6 +12,7 @@ bars) comes through a pipe each and goes to the build's stderr.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -25,7 +26,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from lessonlib.engine import guard, lifetime, worker
+from lessonlib.engine import lifetime, worker
 from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Manifest
@@ -127,13 +128,17 @@ def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running
 def _template_environment() -> Iterator[None]:
     """What the template (started by the first page) inherits: the workers' hash seed, and
     the build's pid, which the guard checks."""
-    saved = dict(os.environ)
-    os.environ.update({**PAGE_ENVIRONMENT, guard.BUILD_PID: str(os.getpid())})
+    variables = {**PAGE_ENVIRONMENT, lifetime.BUILD_PID: str(os.getpid())}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
     try:
         yield
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def _relay(r: _Running) -> None:
@@ -231,10 +236,8 @@ def _died(r: _Running) -> LessonError:
 
 def _stopped(r: _Running, message: str) -> LessonError:
     """Ask for the page's stack (to name the line), then end the worker and its children."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(r.process.pid, worker.DUMP_STACK)
-    except ProcessLookupError:
-        pass
     stack = Path(r.task.job.stack_file)
     for _ in range(25):  # faulthandler writes from its signal handler, even inside a C call
         if stack.stat().st_size:
@@ -249,6 +252,8 @@ def _end(r: _Running) -> None:
     if r.result is not None:
         r.process.join(GRACE_SECONDS)
     lifetime.end_processes(r.process.pid, include_root=True)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(r.process.pid, signal.SIGKILL)  # what a worker that crashed left: its group
     r.process.join()
     _relay(r)
     r.output.close()
