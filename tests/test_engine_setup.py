@@ -4,12 +4,15 @@ cache's fault, not a lesson's). And the author's view: errors keep what Python s
 "Did you mean"), `lessonlib run` shows the blocks before a failure; documented calls work."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from lessonlib.engine.cache import prune
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.page import Settings, execute_page
 
@@ -121,6 +124,19 @@ def test_a_memoized_result_that_fills_the_disk_is_the_caches_fault_and_leaves_no
     one_clear_line(result.stderr, "lessonlib: the cache folder", "memo is on a full disk")
     assert "docs/big.md:" not in result.stderr, "not blamed on the lesson's line"
     assert ".tmp" not in result.stdout.split("LEFT IN CACHE:")[1], result.stdout
+
+
+def test_prune_removes_what_a_killed_write_left_and_nothing_a_live_one_is_writing(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    (tmp_path / "memo").mkdir()
+    abandoned = tmp_path / f"memo/.key.pkl.{ended.pid}.0123456789ab.tmp"
+    in_progress = tmp_path / f"memo/.other.pkl.{os.getpid()}.0123456789ab.tmp"
+    for tmp in (abandoned, in_progress):
+        tmp.write_bytes(b"x" * 1000)
+        os.utime(tmp, (100, 100))
+    prune(tmp_path, limit_mb=1024, since=1000)
+    assert not abandoned.exists() and in_progress.exists()
 
 
 # --- the author's view -------------------------------------------------------------------------
