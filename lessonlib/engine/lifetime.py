@@ -10,7 +10,6 @@ elsewhere these calls do nothing and a page's processes are found only while the
 from __future__ import annotations
 
 import ctypes
-import os
 import signal
 import sys
 

@@ -53,7 +53,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
     def on_startup(self, *, command, dirty):
         self.dirty = dirty
 
-    @event_priority(100)  # first: the staging folder and the warning count cover every later event
+    @event_priority(100)  # first: the warning count covers every later event
     def on_config(self, config):
         self.root = Path(config.config_file_path).parent
         try:
@@ -63,13 +63,6 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         self.results: dict[str, PageResult] = {}
         self.warnings = _Count()
         logging.getLogger("mkdocs").addHandler(self.warnings)
-        self.site_dir, self.staging = config.site_dir, None
-        if not self.dirty:
-            try:
-                self.staging = Staging(Path(config.site_dir))
-            except SetupError as e:
-                raise PluginError(str(e)) from None
-            config.site_dir = str(self.staging.path)
         cache_dir = self.settings.cache_dir
         self.memo = HtmlMemo(cache_dir / "html.json" if cache_dir else None)
         extensions = config.markdown_extensions
@@ -107,6 +100,18 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         if errors:
             raise PluginError("\n\n".join(map(str, errors)))
         self.results = {r.page.path: r for r in results}
+        self._stage(config)
+
+    def _stage(self, config) -> None:
+        """From here on MkDocs writes the site into a staging folder (it cleans that one)."""
+        self.site_dir, self.staging = config.site_dir, None
+        if self.dirty:
+            return
+        try:
+            self.staging = Staging(Path(config.site_dir))
+        except SetupError as e:
+            raise PluginError(str(e)) from None
+        config.site_dir = str(self.staging.path)
 
     def on_page_markdown(self, markdown, page, config, files):
         if not page.file.src_uri.endswith(".md"):  # a notebook page (mkdocs-jupyter renders it)
