@@ -1,6 +1,7 @@
 """lessonlib: the course's build-time engine and its small reference models.
 
-Lesson code uses ``lessonlib.device()``, ``lessonlib.memo`` and ``lessonlib.progress``. None of
+Lesson code uses ``lessonlib.device()``, ``lessonlib.memo``, ``lessonlib.progress`` and
+``lessonlib.figure_data`` (a figure's numbers, offered as a table). None of
 them imports torch until it is used, so the build process, which only renders the pages that
 come from the cache, never imports torch.
 """
@@ -9,7 +10,7 @@ from __future__ import annotations
 from lessonlib import device  # callable: lessonlib.device() is the device; lessonlib.device.cpus() too
 from lessonlib.progress import progress
 
-__all__ = ["device", "memo", "progress"]
+__all__ = ["device", "figure_data", "memo", "progress"]
 
 
 def __getattr__(name: str):
@@ -17,4 +18,8 @@ def __getattr__(name: str):
         from lessonlib.engine.memo import memo
 
         return memo
+    if name == "figure_data":  # with matplotlib: only pages that draw need it
+        from lessonlib.engine.svg import figure_data
+
+        return figure_data
     raise AttributeError(f"module 'lessonlib' has no attribute {name!r}")

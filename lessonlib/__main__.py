@@ -23,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("run", help="run pages (in parallel); print each block's output and every inline value")
     run.add_argument("pages", type=Path, nargs="+")
     run.add_argument("--refresh", action="store_true", help="ignore the cache (results are still stored)")
+    run.add_argument("--keep-going", action="store_true",
+                     help="run each page on past a failed assert, and list every assert that failed")
     export = commands.add_parser("notebook", help="export one page as a Jupyter notebook (runs it first)")
     export.add_argument("pages", type=Path, nargs=1, metavar="page")
     export.add_argument("-o", "--output", type=Path, required=True)
@@ -45,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _execute(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     settings = load_settings(args.config) if args.config.is_file() else Settings().with_environment()
-    settings = replace(settings, refresh=settings.refresh or getattr(args, "refresh", False))
+    settings = replace(settings, refresh=settings.refresh or getattr(args, "refresh", False),
+                       keep_going=getattr(args, "keep_going", False))
     root = settings.root.resolve()
     for page in args.pages:
         if root not in page.resolve().parents:
@@ -58,15 +61,14 @@ def _execute(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if error.outputs_before:
             _print_blocks(parse_page(texts[error.path], error.path), error.outputs_before)
         print(error, file=sys.stderr)
-    if errors:
-        return 1
-    if args.command == "notebook":
+    if args.command == "notebook" and not errors:
         nbformat.write(to_notebook(results[0].page, results[0].outputs), args.output)
         print(f"wrote {args.output}")
-    else:
+    elif args.command == "run":  # the pages that passed, even when another failed
         for result in results:
-            _print_outputs(result)
-    return 0
+            if not isinstance(result, LessonError):
+                _print_outputs(result)
+    return 1 if errors else 0
 
 
 def _check(pages: list[Path]) -> int:

@@ -48,19 +48,35 @@ def limit_cpus(budget: int) -> None:
     _core_budget = max(1, budget)
 
 
+def flush_subnormals() -> None:
+    """Compute subnormal floats (float32 below about 1.2e-38) as zero, in this thread and in
+    the threads it starts from now on.
+
+    A vanishing gradient fills the backward pass of a long sequence with them, and many CPUs
+    compute on subnormals tens of times more slowly than on other floats, so without this a
+    page's build time would depend on the CPU. What it changes in a result is below 1e-38.
+    Every page (lessonlib.engine.session.start_page) and every experiment's process calls it."""
+    import torch
+
+    torch.set_flush_denormal(True)
+
+
 @contextmanager
-def one_cpu_thread(device: torch.device | str) -> Iterator[None]:
-    """On CPU, run in one thread, then restore the caller's setting.
+def steady_cpu(device: torch.device | str) -> Iterator[None]:
+    """On CPU: run in one thread, with subnormals flushed to zero (flush_subnormals), then
+    restore the caller's thread count. Experiments run under it, also in the processes they
+    start, so that neither their results nor their time depend on the CPU's thread count or
+    on how fast it is at subnormals.
 
     The lessons' models are tiny (hidden 32-64): a second thread only adds synchronisation to
-    every small op. Measured on the 2-core machine: seq2seq training took 3-4x longer with 2
-    threads than with 1. Results do not depend on it.
+    every small op.
     """
     import torch
 
     if torch.device(device).type != "cpu":
         yield
         return
+    flush_subnormals()
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

@@ -35,13 +35,13 @@ from joblib import Parallel, delayed
 from joblib.externals.loky import get_reusable_executor
 from torch import nn
 
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.experiments import memory_task as mt
 
 
 def train_baseline(model_name: str, length: int, seed: int, protocol: mt.MemoryProtocol) -> mt.Run:
     """The protocol written plainly, in one thread: every step of the budget, validation once at the end."""
-    with one_cpu_thread("cpu"):
+    with steady_cpu("cpu"):
         return _train_baseline(model_name, length, seed, protocol)
 
 

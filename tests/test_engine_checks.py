@@ -41,19 +41,54 @@ def test_numerals_in_prose_are_found_with_their_lines_and_nothing_else():
     assert found == [(3, "64"), (4, "1,600"), (12, "3"), (14, "2"), (15, "0.5")]
 
 
-def test_numerals_typed_in_a_caption_are_found_and_its_fields_are_not():
-    page = '```python exec caption="Falls to {acc:.0%} at {n} digits, not 90% ({{sic}} {\'1997\'})."\nx = 1\n```\n'
+@pytest.mark.parametrize("option", ["alt", "caption"])
+def test_numerals_typed_in_alt_text_or_a_caption_are_found_and_their_fields_are_not(option):
+    page = f'```python exec {option}="Falls to {{acc:.0%}} at {{n}} digits, not 90% ({{{{sic}}}} {{\'1997\'}})."\nx = 1\n```\n'
     assert [(n.line, n.text, n.in_caption) for n in hand_typed_numerals(page)] == [(1, "90", True)]
 
 
-def test_a_caption_states_the_values_the_block_computed(tmp_path):
+def test_alt_text_and_caption_state_the_values_the_block_computed(tmp_path):
     (tmp_path / "docs").mkdir()
-    page = ('```python exec caption="Accuracy falls to {acc:.0%} at {n} digits {{sic}}."\n'
+    page = ('```python exec alt="Accuracy falls to {acc:.0%} at {n} digits {{sic}}." caption="Accuracy ({n} digits)."\n'
             'import matplotlib.pyplot as plt\nacc, n = 0.125, 16\nplt.plot([1, 2])\n```\n')
     result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
-    assert result.outputs[0][0].figures[0].alt == "Accuracy falls to 12% at 16 digits {sic}."
-    with pytest.raises(LessonError, match=r"^docs/p.md:1: caption: NameError"):
-        execute_page(page.replace("{n}", "{m}"), "docs/p.md", Settings(root=tmp_path))
+    figure = result.outputs[0][0].figures[0]
+    assert (figure.alt, figure.caption) == ("Accuracy falls to 12% at 16 digits {sic}.", "Accuracy (16 digits).")
+    assert 'alt="Accuracy falls to 12% at 16 digits {sic}."><figcaption>Accuracy (16 digits).</figcaption>' \
+        in result.markdown
+    for option in ("alt", "caption"):
+        with pytest.raises(LessonError, match=rf"^docs/p.md:1: {option}: NameError"):
+            execute_page(page.replace("{n}", "{m}"), "docs/p.md", Settings(root=tmp_path))
+        page = page.replace("{n} digits {{sic}}", "16 digits {{sic}}")  # the alt text's field fixed, the caption's next
+
+
+@pytest.mark.parametrize("options, problem", [
+    ('caption="Rises."', "has no alt text"),
+    ('alt="Rises." caption="Rises."', "the alt text equals the caption"),
+    ('alt="{\'x\' * 151}"', "has 151 characters, more than 150"),
+])
+def test_alt_text_states_the_finding_briefly_and_is_not_the_caption(tmp_path, options, problem):
+    (tmp_path / "docs").mkdir()
+    page = f"```python exec {options}\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n"
+    with pytest.raises(LessonError, match=problem):
+        execute_page(page, "docs/p.md", Settings(root=tmp_path))
+
+
+def test_figure_data_is_offered_as_a_collapsed_table_under_the_figure(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = ('```python exec alt="The line rises."\nimport matplotlib.pyplot as plt\nimport torch\nimport lessonlib\n'
+            'xs, ys = [1, 2, 3], torch.tensor([0.5, 1 / 3, 2e-9])\nplt.plot(xs, ys)\n'
+            'lessonlib.figure_data({"x": xs, "y|value": ys})\n```\n')
+    result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
+    (table,) = result.outputs[0][0].tables
+    assert table.columns == ["x", "y|value"] and table.rows == [["1", "0.5"], ["2", "0.333"], ["3", "2e-09"]]
+    assert '??? note "The data in this figure"\n\n    | x | y\\|value |\n    | --- | --- |\n    | 1 | 0.5 |' \
+        in result.markdown
+    with pytest.raises(LessonError, match="call it in the block that draws the figure"):
+        execute_page("```python exec\nimport lessonlib\nlessonlib.figure_data({'x': [1]})\n```\n", "docs/p.md",
+                     Settings(root=tmp_path))
+    with pytest.raises(LessonError, match="every column needs as many values"):
+        execute_page(page.replace('"x": xs', '"x": xs[:2]'), "docs/p.md", Settings(root=tmp_path))
 
 
 def test_check_command_lists_numerals_and_fails_only_when_there_are_some(tmp_path):
@@ -75,7 +110,7 @@ def test_a_literal_renders_as_plain_text_with_or_without_execution():
 
 
 def test_timing_block_outputs_are_marked_for_readers_and_for_comparisons():
-    page = parse_page('```python exec timing caption="Time per step."\nt = 1\n```\n', "docs/p.md")
+    page = parse_page('```python exec timing alt="Time per step."\nt = 1\n```\n', "docs/p.md")
     markdown = render(page, [BlockOutput("0.12 ms\n", [Figure("<svg/>", "Time per step.")])], {})
     assert f".{TIMING_CLASS}" in markdown and "vary from run to run" in markdown
     assert f'class="lessonlib-figure {TIMING_CLASS}"' in markdown

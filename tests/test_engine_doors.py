@@ -27,7 +27,7 @@ markdown_extensions: [admonition, pymdownx.superfences, attr_list]
 GOOD = """\
 # Good
 
-```python exec caption="A line that rises from 0 to 1."
+```python exec alt="A line that rises from 0 to 1."
 import matplotlib.pyplot as plt
 plt.plot([0, 1])
 print("hello from the good page")

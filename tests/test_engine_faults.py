@@ -104,7 +104,7 @@ def test_one_or_many_workers_give_the_same_bytes(tmp_path):
     pages = {"index.md": "# Home\n", "good.md": GOOD}
     for n in range(3):
         pages[f"p{n}.md"] = textwrap.dedent(f"""\
-            ```python exec caption="Random points of page {n}."
+            ```python exec alt="Random points of page {n}."
             import torch, matplotlib.pyplot as plt
             x = torch.randn(20)
             plt.plot(x)

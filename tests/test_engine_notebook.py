@@ -23,7 +23,7 @@ LESSONS = sorted((ROOT / "docs" / "lessons").glob("*.md"))
 SMALL = """\
 # Small
 
-```python exec caption="A line."
+```python exec alt="A line."
 s = "<b>*x*</b>"
 import matplotlib.pyplot as plt
 plt.plot([1, 2])
@@ -54,6 +54,17 @@ def test_export_starts_where_pages_start_splits_examples_and_leaves_values_as_th
     assert cells[3].metadata.tags == ["timing"]
     assert "Value: <b>*x*</b>." in cells[4].source
     assert [(c.source, c.outputs[0].data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
+
+
+def test_a_check_block_is_a_cell_tagged_check_with_its_source_folded(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = "```python exec\nx = 1\n```\n\n```python exec check\nassert x == 1\n```\n"
+    result = execute_page(page, "docs/small.md", Settings(root=tmp_path))
+    plain, check = to_notebook(result.page, result.outputs).cells[1:]
+    assert "tags" not in plain.metadata and "jupyter" not in plain.metadata
+    assert check.source == "assert x == 1" and check.metadata.tags == ["check"]
+    assert check.metadata.jupyter == {"source_hidden": True}
+    nbformat.validate(to_notebook(result.page, result.outputs))
 
 
 def _exec_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:

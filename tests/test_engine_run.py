@@ -85,7 +85,7 @@ def test_unknown_option_is_an_error_at_the_fence():
 
 def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     page = """\
-    ```python exec caption="A rising line."
+    ```python exec alt="A rising line."
     import matplotlib.pyplot as plt
     plt.plot([0, 1], [0, 1])
     ```
@@ -101,7 +101,7 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     assert f'<img src="{name}" alt="A rising line.">' in first.markdown
 
 
-@pytest.mark.parametrize("options", ["", ' caption=""', " caption=' '"])
+@pytest.mark.parametrize("options", ["", ' alt=""', " alt=' '", ' caption="Only a caption."'])
 def test_a_figure_without_caption_is_an_error(options):
     error = error_of(f"# t\n\n```python exec{options}\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n")
     assert str(error).startswith(f"{PATH}:3: this block makes a figure but has no alt text")
@@ -229,3 +229,85 @@ def test_splitting_finds_nested_fences_and_ignores_other_fences():
     assert [b.kind for b in page.blocks] == ["pycon", "exec"]
     assert page.blocks[1].first_line == 14 and page.blocks[1].indent == "    "
     assert page.inlines == []
+
+
+def test_keep_going_runs_past_failed_asserts_and_names_every_one():
+    page = """\
+    ```python exec
+    x = 1
+    assert x == 2, f"x is {x}"
+    y = 2
+    ```
+
+    ```python exec
+    def check(v):
+        assert v > 5
+    check(y)
+    print("ran on")
+    ```
+
+    ```python exec
+    assert x + y == 3, "this one holds"
+    ```
+    """
+    assert error_of(page).line == 3  # without keep_going the first failure stops the page
+    error = error_of(page, keep_going=True)
+    assert error.line == 3 and error.message == "2 asserts failed"
+    assert error.detail.splitlines() == [f"{PATH}:3: x is 1", f"{PATH}:9: assertion failed: assert v > 5"]
+
+
+def test_keep_going_names_the_failed_asserts_before_an_error_that_stops_the_page():
+    error = error_of("```python exec\nassert 1 == 2, 'first'\nraise ValueError('then this')\n```\n",
+                     keep_going=True)
+    assert error.line == 3 and error.message == "ValueError: then this"
+    assert error.detail.startswith(f"{PATH}:2: earlier, first\n")
+
+
+def test_keep_going_gives_a_passing_page_the_same_outputs():
+    page = "```python exec\nimport torch\nassert True\nprint(torch.rand(2).tolist())\n```\n"
+    assert run(page, keep_going=True).outputs == run(page).outputs
+
+
+def test_every_page_flushes_subnormals_to_zero():
+    page = "```python exec\nimport torch\nprint((torch.tensor([1e-30]) * 1e-15).item())\n```\n"
+    assert run(page).outputs[0][0].text == "0.0\n"
+
+
+def test_check_blocks_run_in_place_and_are_shown_only_at_the_end_under_their_section():
+    page = """\
+    # Title
+
+    ```python exec
+    x = 2
+    ```
+
+    ## Squares {#squares}
+
+    Two squared is `{py} x * x`.
+
+    ```python exec check
+    assert x * x == 4, "the square"
+    ```
+
+    ```python exec
+    y = 3
+    print("y is", y)
+    ```
+    """
+    result = run(page)
+    before, appendix = result.markdown.split('??? info "How this page checks its claims"')
+    assert 'assert x * x == 4' not in before and "Two squared is 4." in before
+    assert "y is 3" in before
+    assert "In *Squares*:" in appendix and '    assert x * x == 4, "the square"' in appendix
+    failing = error_of(page.replace("== 4", "== 5"))
+    assert failing.line == 12 and failing.message == "AssertionError: the square"
+
+
+def test_a_check_block_that_prints_or_draws_is_an_error():
+    assert "must not print or draw" in error_of("```python exec check\nprint(1)\n```\n").message
+    drawing = "```python exec check\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n"
+    assert "must not print or draw" in error_of(drawing).message
+
+
+def test_a_page_without_check_blocks_has_no_list_of_checks():
+    assert "How this page checks" not in run("```python exec\nassert True\n```\n").markdown

@@ -59,6 +59,11 @@ def test_solution_passes_and_attention_wins():
     assert int(gain.group(2)) >= 20, f"attention should clearly win at the longest length:\n{report}"
     assert "✓ attend() with a mask matches the reference" in text(tagged(nb, "check-mask"))
     assert "✗" not in report and report.count("✓ expected:") == 4, report  # the solution meets every expectation
+    # question 3's answer: without the mask, far more of the long strings' answers change
+    changed = {int(n): int(c) for n, c in
+               re.findall(r"^\s*(\d+)\s+\d+%\s+\d+%\s+\d+%\s+(\d+)%\s*$", report, re.M)}
+    assert len(changed) == 5, report
+    assert changed[max(changed)] >= changed[min(changed)] + 20, changed
 
 
 def test_unsolved_notebook_stops_at_the_checker():

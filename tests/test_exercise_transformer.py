@@ -87,6 +87,20 @@ def test_solution_runs_and_shows_the_leak():
     assert right_with >= 95 and right_without <= 5, f"but only the masked model writes ciphertexts:\n{report}"
 
 
+def test_head_map_sequence_has_the_key_the_text_names():
+    """The heads' figure needs a key other than 0, or the ciphertext equals the plaintext and no
+    shift shows; the text before it names the key."""
+    nb = load()
+    (cell,) = [c for c in nb.cells if c.cell_type == "code" and "sample = caesar.held_out(" in c.source]
+    line = next(l for l in cell.source.splitlines() if l.startswith("sample = "))
+    sample = eval(line.split("=", 1)[1].split("#")[0], {"caesar": exercise.caesar})
+    key = sample[0, 0].item()
+    n = exercise.caesar.PROTOCOL.digits
+    assert key != 0 and (sample[0, n + 2:] != sample[0, 1:n + 1]).all()
+    before = nb.cells[nb.cells.index(cell) - 1].source
+    assert f"The sequence's key is {key}," in before and f"plus {key} (mod 10)" in before
+
+
 def test_unsolved_notebook_stops_at_the_first_checker():
     with pytest.raises(CellExecutionError) as info:
         execute(load())

@@ -14,6 +14,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check"
+sys.path.insert(0, str(SCRIPT.parent))  # where the scripts find page_runs
+import page_runs  # noqa: E402
 
 
 def load_gpu_check():
@@ -36,7 +38,7 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path):
         assert f". {step}: " in result.stdout
     assert "-k cuda" in result.stdout and "LESSONLIB_DEVICE=cuda" in result.stdout
     assert "scripts/bench_memory_task.py" in result.stdout and "scripts/bench_build.py" in result.stdout
-    for page in gpu_check.pages():
+    for page in page_runs.pages():
         assert page in result.stdout
     assert not report.exists()
 
@@ -52,7 +54,7 @@ def test_without_cuda_it_stops_and_says_so(tmp_path):
 
 
 def test_numbers_are_read_as_printed():
-    assert gpu_check.numbers("loss 0.250, −1.5e-3 and 100,000 steps; ratio 3.86x") == [0.25, -1.5e-3, 100000, 3.86]
+    assert page_runs.numbers("loss 0.250, −1.5e-3 and 100,000 steps; ratio 3.86x") == [0.25, -1.5e-3, 100000, 3.86]
 
 
 def test_compare_finds_each_changed_number_and_leaves_timing_blocks_out():
@@ -61,7 +63,7 @@ def test_compare_finds_each_changed_number_and_leaves_timing_blocks_out():
            "--- docs/a.md:20 `{py} acc:.2f` = 0.91\n"
            "--- docs/b.md:5 (pycon)\n--- docs/b.md:8 (exec)\n[figure: 3 curves rise to 0.5]\n")
     cuda = cpu.replace("0.912", "0.913").replace("12.5", "1.2").replace("3 curves", "3 or 4 curves")
-    diffs = gpu_check.compare(cpu, cuda, timing_lines={"docs/a.md": {9}})
+    diffs = page_runs.compare(cpu, cuda, timing_lines={"docs/a.md": {9}})
     a, b = diffs["docs/a.md"], diffs["docs/b.md"]
     assert a.differing == [("docs/a.md:3", 0.912, 0.913)]
     assert a.compared == 2 + 1  # block 3's two numbers and the inline value; block 9 is a timing block
@@ -77,13 +79,13 @@ def test_compare_reads_the_real_cli_output(tmp_path):
     result = subprocess.run([sys.executable, "-m", "lessonlib", "run", page], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
-    timing = gpu_check.timing_blocks([page])
+    timing = page_runs.timing_blocks([page])
     assert timing[page], "the page has a timing block to leave out"
-    same = gpu_check.compare(result.stdout, result.stdout, timing)[page]
+    same = page_runs.compare(result.stdout, result.stdout, timing)[page]
     assert same.compared > 5 and not same.differing and not same.changed_shape
     assert len(same.timing) == len(timing[page])
-    assert gpu_check.seconds_per_page(result.stderr)[page] > 0
-    changed = gpu_check.compare(result.stdout, result.stdout.replace("norm of [3.0, 4.0] is 5.0",
+    assert page_runs.seconds_per_page(result.stderr)[page] > 0
+    changed = page_runs.compare(result.stdout, result.stdout.replace("norm of [3.0, 4.0] is 5.0",
                                                                      "norm of [3.0, 4.0] is 5.5"), timing)[page]
     assert [(a, b) for _, a, b in changed.differing] == [(5.0, 5.5)]
 
@@ -100,3 +102,18 @@ def test_compare_reads_the_real_cli_output(tmp_path):
     assert "CPU 5, CUDA 5.5" in text
     by_name["bench"].status = "FAIL (out of time)"
     assert gpu_check.report(steps, tmp_path, "a test")[1] is False
+
+
+def test_failures_name_every_failed_assert_of_a_keep_going_run(tmp_path):
+    """Two pages: one with two failed asserts and then an error, one that passes and still prints."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "bad.md").write_text("```python exec\nassert 1 == 2, 'one'\nx = 1\nassert x == 2\n"
+                                              "```\n\n```python exec\nraise ValueError('stop')\n```\n")
+    (tmp_path / "docs" / "good.md").write_text("```python exec\nprint('value 42')\n```\n")
+    env = {**os.environ, "LESSONLIB_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "lessonlib", "run", "--keep-going", "docs/bad.md", "docs/good.md"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert page_runs.failures(result.stderr) == {
+        "docs/bad.md": ["2: one", "4: assertion failed: assert x == 2", "8: ValueError: stop"]}
+    assert page_runs.sections(result.stdout) == {"docs/good.md:1": "value 42\n"}

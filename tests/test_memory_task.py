@@ -7,6 +7,7 @@ import torch
 from torch.nn.functional import cross_entropy
 
 from lessonlib.models.batched_rnn import BatchedRNNClassifier
+from lessonlib.experiments import memory_task
 from lessonlib.experiments.memory_task import (
     CLUES,
     KNOWN,
@@ -186,3 +187,15 @@ def test_a_sweep_with_lengths_per_model_gives_each_model_its_own(device):
     assert results["lstm_open", 12, 0] == train("lstm_open", 12, 0, short, device)
     with pytest.raises(ValueError, match="must name exactly the models"):
         sweep(("rnn", "lstm_open"), {"rnn": (10,)}, (0,), short, device, progress=False)
+
+
+def test_recurrent_gradient_terms_add_up_to_the_gradient_of_w_hh():
+    model = memory_task.build("rnn", 0)
+    tokens, labels = memory_task.make_batch(16, 12, torch.Generator().manual_seed(0), "cpu")
+    terms = memory_task.recurrent_gradient_terms(model, tokens, labels)
+    assert terms.shape == (12, 32, 32)
+    cross_entropy(model(tokens), labels).backward()  # through nn.RNN's own kernel
+    assert torch.allclose(terms.sum(0), model.rnn.weight_hh_l0.grad, atol=1e-6)
+    assert terms[0].abs().max() < terms[-1].abs().max(), "the first step's term is the smaller"
+    with pytest.raises(ValueError, match="plain RNN"):
+        memory_task.recurrent_gradient_terms(memory_task.build("lstm", 0), tokens, labels)

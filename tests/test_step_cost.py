@@ -1,8 +1,8 @@
 """step_cost's multiply-add counts against torch's own FLOP counter, and the shape of its timings.
 
-Whether the timings show the expected structure (attention's cost growing with the prefix, the
-RNN's flat, gated layers slower) is a measurement: it is asserted, with margins a busy machine
-cannot erase, where it is shown (docs/lessons/sequence-models.md), never by a unit test here.
+Whether the timings show the structure the counts predict (attention's cost growing with the
+prefix, the RNN's flat, gated layers slower) depends on the machine: the lesson shows them as
+measurements and asserts only the counts, and no test here asserts a time.
 """
 import math
 import warnings

@@ -15,8 +15,8 @@ from markdown_it import MarkdownIt
 from lessonlib.engine import options as checks
 from lessonlib.engine.errors import LessonError, SetupError
 
-FLAGS = {"hide-code", "hide-output", "html", "timing"}
-KEYED = {"caption", "timeout"}
+FLAGS = {"check", "hide-code", "hide-output", "html", "timing"}
+KEYED = {"alt", "caption", "timeout"}
 
 _md = MarkdownIt("commonmark").disable(["code", "inline"])
 # Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
@@ -41,6 +41,12 @@ class Block:
     def first_line(self) -> int:
         """1-based Markdown line of the block's first code line."""
         return self.start + 2
+
+    @property
+    def check(self) -> bool:
+        """A block of asserts that back the prose: run in place, shown only in the page's
+        collapsed list of checks (and in its notebook, folded)."""
+        return "check" in self.options
 
     @property
     def timeout(self) -> float | None:
@@ -108,7 +114,7 @@ def literal_text(span: re.Match[str]) -> str | None:
 # A fence that means to run but would be shown as plain code: `py exec`, `{python exec}`,
 # `python3 exec`, `python hide-code` (exec forgotten) ...
 _LOOKS_EXECUTABLE = re.compile(
-    r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:caption|timeout)=)", re.I)
+    r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:alt|caption|timeout)=)", re.I)
 
 
 def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:

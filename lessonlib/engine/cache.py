@@ -28,7 +28,7 @@ from lessonlib.engine import SEED
 from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.errors import SetupError
 from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import BlockOutput, Figure, PageOutputs
+from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs
 
 FORMAT = 4  # bump when the stored layout or the rendering contract changes
 ENGINE = Path(__file__).parent
@@ -98,7 +98,8 @@ class PageCache:
             payload = entry["payload"]
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
-            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]]) for b in payload["blocks"]]
+            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]])
+                      for b in payload["blocks"]]
             touch(path)
             return Entry((blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:

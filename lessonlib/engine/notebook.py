@@ -4,13 +4,15 @@ Prose becomes Markdown cells (inline values filled in as plain text), each ``pyt
 block a code cell with the page's output attached, and each ``>>>`` example of a ``pycon``
 block a cell of its own, with its expected output. A first cell starts the kernel where every
 page starts (seed 0 everywhere, the house figure style). Cells carry tags: ``timing`` for
-measured timings, ``pycon`` for examples, ``setup`` for the first one.
+measured timings, ``check`` for the asserts that back the prose (their source folded),
+``pycon`` for examples, ``setup`` for the first one.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 from nbformat import NotebookNode, from_dict, v4
@@ -18,7 +20,7 @@ from nbformat import NotebookNode, from_dict, v4
 from lessonlib.engine.blocks import Block, ParsedPage
 from lessonlib.engine.cache import cache_errors, path_name, write_atomically
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
-from lessonlib.engine.render import render_line
+from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
 
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
@@ -38,7 +40,7 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
     if store is None:
         return v4.writes(to_notebook(page, outputs))
     blocks, values = outputs
-    facts = [key, "".join(page.lines), [[b.text, [[f.svg, f.alt] for f in b.figures]] for b in blocks], values]
+    facts = [key, "".join(page.lines), [asdict(b) for b in blocks], values]
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
     path = store / f"{path_name(page.path)}.ipynb"
     try:
@@ -90,7 +92,10 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> NotebookNode:
 def _code(source: str, tag: str | None = None, outputs: tuple[dict, ...] = ()) -> NotebookNode:
     """A code cell, built as plain data: nbformat's new_code_cell validates every cell, which
     costs more than the rest of the export."""
-    return from_dict({"cell_type": "code", "execution_count": None, "metadata": {"tags": [tag]} if tag else {},
+    metadata = {"tags": [tag]} if tag else {}
+    if tag == "check":  # the page's evidence: there to run and read, folded away in Jupyter
+        metadata["jupyter"] = {"source_hidden": True}
+    return from_dict({"cell_type": "code", "execution_count": None, "metadata": metadata,
                       "source": source, "outputs": list(outputs)})
 
 
@@ -101,7 +106,11 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
             outputs.append({"output_type": "stream", "name": "stdout", "text": output.text})
         outputs += [{"output_type": "display_data", "metadata": {},
                      "data": {"image/svg+xml": figure.svg, "text/plain": figure.alt}} for figure in output.figures]
-    return _code(_quiet(block.code.rstrip()), "timing" if "timing" in block.options else None, tuple(outputs))
+        outputs += [{"output_type": "display_data", "metadata": {},
+                     "data": {"text/markdown": markdown_table(table),
+                              "text/plain": DATA_TITLE}} for table in output.tables]
+    tag = "check" if block.check else "timing" if "timing" in block.options else None
+    return _code(_quiet(block.code.rstrip()), tag, tuple(outputs))
 
 
 def _examples(block: Block) -> list[NotebookNode]:

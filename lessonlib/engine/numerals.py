@@ -2,8 +2,8 @@
 
 A lesson's numbers should be inline values (`{py} expr`) or printed output, so the page cannot
 drift from its code. This finds every numeral in the prose, outside code spans (inline values
-and `{lit} text` literals among them), math, code blocks and raw HTML; and in the captions of
-figures (alt text), outside their `{expr}` fields. A deliberate literal (a year, a citation,
+and `{lit} text` literals among them), math, code blocks and raw HTML; and in the alt texts and
+captions of figures, outside their `{expr}` fields. A deliberate literal (a year, a citation,
 "Figure 2") is written `{lit} 1997` in prose, `{'1997'}` in a caption.
 """
 from __future__ import annotations
@@ -48,9 +48,10 @@ def hand_typed_numerals(text: str) -> list[Numeral]:
         if token.type == "inline" and token.map:
             found += _in_inline(token)
     for block in parse_page(text, "<page>").blocks:
-        caption = _FIELD.sub("", block.options.get("caption", ""))
-        found += [Numeral(block.start + 1, m.group(), _around(caption, m), in_caption=True)
-                  for m in NUMERAL.finditer(caption)]
+        for option in ("alt", "caption"):
+            caption = _FIELD.sub("", block.options.get(option, ""))
+            found += [Numeral(block.start + 1, m.group(), _around(caption, m), in_caption=True)
+                      for m in NUMERAL.finditer(caption)]
     return sorted(found, key=lambda n: n.line)
 
 

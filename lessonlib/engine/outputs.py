@@ -8,18 +8,29 @@ from dataclasses import dataclass, field
 @dataclass
 class Figure:
     svg: str
-    alt: str
+    alt: str  # the finding, for readers who cannot see it
+    caption: str = ""  # shown under it; may say more than the alt text
+
+
+@dataclass
+class DataTable:
+    """The numbers a figure plots, for readers who cannot see it (lessonlib.figure_data)."""
+
+    columns: list[str]
+    rows: list[list[str]]  # formatted cells
 
 
 @dataclass
 class BlockOutput:
     text: str = ""
     figures: list[Figure] = field(default_factory=list)
+    tables: list[DataTable] = field(default_factory=list)  # one per figure_data call
 
     @property
     def size(self) -> int:
-        """Bytes this output adds to the page (text and SVG)."""
-        return len(self.text.encode()) + sum(len(f.svg.encode()) for f in self.figures)
+        """Bytes this output adds to the page (text, SVG and tables)."""
+        cells = sum(len(c.encode()) for t in self.tables for row in [t.columns, *t.rows] for c in row)
+        return len(self.text.encode()) + sum(len(f.svg.encode()) for f in self.figures) + cells
 
 
 PageOutputs = tuple[list[BlockOutput], dict[str, str]]  # per-block outputs, inline values by source

@@ -43,6 +43,7 @@ class Settings:
     memory_limit_mb: float | None = None  # per page, its child processes included; None: no limit
     output_limit_kb: float = 1024  # per block, text and figures
     cache_limit_mb: float = 1024  # page entries and memoized results; the least recently used go first
+    keep_going: bool = False  # run a page on past a failed assert, then fail it naming every failed assert
 
     def __post_init__(self) -> None:
         """Raises SetupError, naming the option, for a value out of range."""
@@ -260,7 +261,8 @@ class _Run:
         stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
         return PageJob(page.path, "".join(page.lines), str(self.settings.root), roots, cache_dir,
                        self.settings.refresh, int(self.settings.output_limit_kb * 1024), str(stack),
-                       self.environment, self._cores(), tuple(os.environ.items()))
+                       self.environment, self._cores(), tuple(os.environ.items()),
+                       self.settings.keep_going)
 
     def _cores(self) -> int:
         """The build's `workers`: pages at once, and processes a page's experiments may start."""

@@ -6,7 +6,7 @@ import html
 import re
 
 from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source, literal_text
-from lessonlib.engine.outputs import BlockOutput
+from lessonlib.engine.outputs import BlockOutput, DataTable, Figure
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
 
@@ -24,8 +24,37 @@ def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str
             continue
         out.append(render_line(page, i, values))
         i += 1
-    text = "".join(out)
+    text = "".join(out) + checks_appendix(page)
     return f"{text.rstrip()}\n\n{footer}\n" if footer else text
+
+
+CHECKS_TITLE = "How this page checks its claims"
+_HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*(?:\{[^}]*\})?\s*$")
+
+
+def checks_appendix(page: ParsedPage) -> str:
+    """The page's check blocks, gathered at its end in one collapsed block, each under the name
+    of the section it runs in: the evidence for the prose, out of the reader's way."""
+    checks = [b for b in page.blocks if b.check]
+    if not checks:
+        return ""
+    out = [f'\n??? info "{CHECKS_TITLE}"\n\n',
+           "    Every claim on this page is checked when the site is built, by the code below: it runs where\n"
+           "    its section stands, and a claim that fails stops the build.\n"]
+    for block in checks:
+        out += [f"\n    In *{section_of(page, block)}*:\n\n    ```python\n"]
+        out += [f"    {row}\n" if row.strip() else "\n" for row in block.code.rstrip().split("\n")]
+        out.append("    ```\n")
+    return "".join(out)
+
+
+def section_of(page: ParsedPage, block: Block) -> str:
+    """The title of the heading the block stands under (the page's title before any heading)."""
+    for i in range(block.start - 1, -1, -1):
+        match = _HEADING.match(page.lines[i]) if page.prose[i] else None
+        if match:
+            return match.group(1)
+    return "the introduction"
 
 
 def render_line(page: ParsedPage, i: int, values: dict[str, str] | None, escape: bool = True) -> str:
@@ -60,6 +89,8 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
     source = page.lines[block.start : block.end]
     if block.kind == "pycon":
         return source
+    if block.check:  # shown at the end of the page (checks_appendix)
+        return []
     lines: list[str] = []
     if "hide-code" not in block.options or output is None:
         marker = re.match(r"\s*(`{3,}|~{3,})", source[0]).group(1)
@@ -74,7 +105,8 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
         pieces.append("\n".join(row for row in output.text.splitlines() if row.strip()))
     elif output.text and "hide-output" not in block.options:
         pieces.append(_text_output(output.text, timing="timing" in block.options))
-    pieces += [_figure(f.svg, f.alt, timing="timing" in block.options) for f in output.figures]
+    pieces += [_figure(f, timing="timing" in block.options) for f in output.figures]
+    pieces += [data_table(t) for t in output.tables]
     for piece in pieces:
         lines.append("\n")
         lines += [f"{block.indent}{row}\n" if row else "\n" for row in piece.split("\n")]
@@ -115,12 +147,28 @@ def figure_file(svg: str, timing: bool = False) -> str:
     return f"{prefix}-{hashlib.sha256(svg.encode()).hexdigest()[:16]}.svg"
 
 
-def _figure(svg: str, alt: str, timing: bool = False) -> str:
+def _figure(figure: Figure, timing: bool = False) -> str:
     # A file beside the page, not a data URI: pages stay small to build, search and load.
-    alt = html.escape(alt, quote=True)
+    alt = html.escape(figure.alt, quote=True)
     classes = f"lessonlib-figure {TIMING_CLASS}" if timing else "lessonlib-figure"
     note = f'<small class="lessonlib-timing-note">{TIMING_NOTE}</small>' if timing else ""
+    caption = f"<figcaption>{html.escape(figure.caption)}</figcaption>" if figure.caption.strip() else ""
     return (
-        f'<figure class="{classes}"><img src="{figure_file(svg, timing)}" alt="{alt}">'
-        f'<figcaption aria-hidden="true">{alt}</figcaption>{note}</figure>'
+        f'<figure class="{classes}"><img src="{figure_file(figure.svg, timing)}" alt="{alt}">'
+        f"{caption}{note}</figure>"
     )
+
+
+DATA_TITLE = "The data in this figure"
+
+
+def data_table(table: DataTable) -> str:
+    """A figure's numbers as a Markdown table in a collapsed block, for readers who cannot see it."""
+    body = "\n".join(f"    {row}" for row in markdown_table(table).split("\n"))
+    return f'??? note "{DATA_TITLE}"\n\n{body}'
+
+
+def markdown_table(table: DataTable) -> str:
+    rows = [table.columns, ["---"] * len(table.columns), *table.rows]
+    return "\n".join("| " + " | ".join(_as_text(cell) for cell in row) + " |" for row in rows)
+

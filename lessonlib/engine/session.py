@@ -5,6 +5,7 @@ enforces time and memory limits from outside, never imports this module.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import doctest
 import io
@@ -17,21 +18,26 @@ import traceback
 import numpy as np
 import torch
 
+from lessonlib.device import flush_subnormals
 from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.outputs import BlockOutput, Figure
 
 SEED = 0
+ALT_LIMIT = 150  # characters of a figure's alt text
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def start_page(seed: int = SEED) -> None:
-    """The state every page starts from: one torch thread, the same seed in random, NumPy and
-    torch, and the house figure style. Exported notebooks call it in their first cell.
+    """The state every page starts from: subnormal floats flushed to zero, one torch thread,
+    the same seed in random, NumPy and torch, and the house figure style. Exported notebooks
+    call it in their first cell.
 
-    One thread, because a sum split over two threads can round differently from one over one,
-    and a page must print the same bytes wherever it runs (the lessons' models are tiny)."""
+    Subnormals first, before any thread exists, so that every thread torch starts inherits it
+    (lessonlib.device.flush_subnormals). One thread, because a sum split over two threads can
+    round differently from one over one (the lessons' models are tiny)."""
+    flush_subnormals()
     torch.set_num_threads(1)
     random.seed(seed)
     np.random.seed(seed)
@@ -54,9 +60,12 @@ class _CappedText(io.StringIO):
 
 
 class Session:
-    def __init__(self, page: ParsedPage, output_limit: int = 1 << 20) -> None:
+    def __init__(self, page: ParsedPage, output_limit: int = 1 << 20, keep_going: bool = False) -> None:
+        """keep_going: a failed assert is noted and the page runs on (failed_asserts lists them)."""
         self.page, self.path, self.output_limit = page, page.path, output_limit
-        self.namespace: dict = {"__name__": "__lesson__"}
+        self.keep_going = keep_going
+        self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
+        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure}
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
         start_page()
@@ -76,24 +85,44 @@ class Session:
                 raise self._located(e, f"the block called exit({e.code!r}): a page must run to its end", block) from None
             except Exception as e:
                 raise self._located(e, f"{type(e).__name__}: {e}{_suggestion(e)}", block) from None
-        result = BlockOutput(output.getvalue(), [])
-        svgs = svg.take_figures()
-        if svgs and not block.options.get("caption", "").strip():
-            raise LessonError(self.path, block.start + 1, 'this block makes a figure but has no alt text: add caption="..."')
+        svgs, tables = svg.take_figures(), svg.take_tables()
+        result = BlockOutput(output.getvalue(), [], tables)
+        if block.check and (result.text or svgs):
+            raise LessonError(self.path, block.start + 1, "a check block shows nothing, so it must not print or draw: "
+                              "move what it shows to a block of its own")
+        if tables and not svgs:
+            raise LessonError(self.path, block.start + 1, "figure_data is the data of a figure: call it in the block "
+                              "that draws the figure")
         if svgs:
-            result.figures = [Figure(s, self._caption(block)) for s in svgs]
+            alt, caption = self._alt_and_caption(block)
+            result.figures = [Figure(s, alt, caption) for s in svgs]
         if output.overflowed or result.size > self.output_limit:
             raise LessonError(self.path, block.start + 1, f"this block's output is larger than the limit of "
                               f"{self.output_limit / 1024:,.0f} KB (output_limit_kb in mkdocs.yml): print less")
         return result
 
-    def _caption(self, block: Block) -> str:
-        """The alt text, an f-string over the page's values once the block has run, so that a
-        caption can state the finding the block measured: caption="Accuracy falls to {acc:.0%}"."""
+    def _alt_and_caption(self, block: Block) -> tuple[str, str]:
+        """A figure's alt text (required: its finding, in at most ALT_LIMIT characters) and its
+        caption (optional: it may say more). Both are f-strings over the page's values once the
+        block has run, so they can state what the block measured: alt="Accuracy falls to {acc:.0%}"."""
+        line = block.start + 1
+        alt, caption = (self._formatted(block, name) for name in ("alt", "caption"))
+        if not alt.strip():
+            raise LessonError(self.path, line, 'this block makes a figure but has no alt text: add alt="..." '
+                              f"(what the figure shows, in at most {ALT_LIMIT} characters)")
+        if len(alt) > ALT_LIMIT:
+            raise LessonError(self.path, line, f"the alt text has {len(alt)} characters, more than {ALT_LIMIT}: "
+                              "state the finding, and leave the rest to caption=")
+        if alt.strip() == caption.strip():
+            raise LessonError(self.path, line, "the alt text equals the caption, so a screen reader reads it twice: "
+                              "let the alt text state the finding and the caption say what is drawn")
+        return alt, caption
+
+    def _formatted(self, block: Block, option: str) -> str:
         try:
-            return eval("f" + repr(block.options["caption"]), self.namespace)
+            return eval("f" + repr(block.options.get(option, "")), self.namespace)
         except Exception as e:
-            raise LessonError(self.path, block.start + 1, f"caption: {type(e).__name__}: {e}") from None
+            raise LessonError(self.path, block.start + 1, f"{option}: {type(e).__name__}: {e}") from None
 
     def value(self, inline: Inline) -> str:
         try:
@@ -103,12 +132,26 @@ class Session:
             raise LessonError(self.path, inline.line, f"inline value `{inline.source}`: {type(e).__name__}: {e}") from None
 
     def _run_exec(self, block: Block) -> None:
+        source = "\n" * (block.first_line - 1) + block.code
         try:
-            code = compile("\n" * (block.first_line - 1) + block.code, self.path, "exec", dont_inherit=True)
+            code = compile(_soft_asserts(source, self.path) if self.keep_going else source, self.path, "exec",
+                           dont_inherit=True)
         except SyntaxError as e:  # with the source line and the caret under the fault
             detail = "".join(traceback.format_exception_only(type(e), e))
             raise LessonError(self.path, e.lineno or block.first_line, f"{type(e).__name__}: {e.msg}", detail) from None
         exec(code, self.namespace)
+
+    def _note_failure(self, line: int, message: object) -> None:
+        text = str(message) if message is not None else f"assertion failed: {linecache.getline(self.path, line).strip()}"
+        self.failed_asserts.append((line, text))
+
+    def assert_all_held(self) -> None:
+        """With keep_going, fail the page once it has run if any assert failed, naming each one."""
+        if self.failed_asserts:
+            line, _ = self.failed_asserts[0]
+            n = len(self.failed_asserts)
+            detail = "\n".join(f"{self.path}:{at}: {message}" for at, message in self.failed_asserts)
+            raise LessonError(self.path, line, f"{n} assert{'s' if n > 1 else ''} failed", detail)
 
     def _run_pycon(self, block: Block) -> None:
         examples = doctest.DocTestParser().get_examples(block.code)
@@ -131,6 +174,8 @@ class Session:
         if isinstance(exc, AssertionError) and not str(exc):
             message = f"assertion failed: {linecache.getline(self.path, line).strip()}"
         detail = "Traceback (most recent call last):\n" + "".join(frames.format()) if frames else ""
+        if self.failed_asserts:  # keep_going: what failed before this stopped the page
+            detail = "".join(f"{self.path}:{at}: earlier, {text}\n" for at, text in self.failed_asserts) + detail
         return LessonError(self.path, line, message, detail)
 
 
@@ -144,6 +189,21 @@ def _suggestion(error: BaseException) -> str:
         sys.__excepthook__(type(error), error, error.__traceback__)
     hint = re.search(r"\. Did you mean: .*\?$", printed.getvalue().rstrip("\n"))
     return hint.group(0) if hint else ""
+
+
+_NOTE_FAILURE = "__lessonlib_assert_failed__"  # what a soft assert calls
+
+
+def _soft_asserts(source: str, path: str) -> ast.Module:
+    """The block's code with every `assert test, message` made `if not test: note(line, message)`."""
+
+    class Soften(ast.NodeTransformer):
+        def visit_Assert(self, node: ast.Assert) -> ast.If:
+            note = ast.Call(ast.Name(_NOTE_FAILURE, ast.Load()),
+                            [ast.Constant(node.lineno), node.msg or ast.Constant(None)], [])
+            return ast.copy_location(ast.If(ast.UnaryOp(ast.Not(), node.test), [ast.Expr(note)], []), node)
+
+    return ast.fix_missing_locations(Soften().visit(ast.parse(source, path)))
 
 
 class _PyconFailure(Exception):

@@ -3,9 +3,12 @@ a notebook keeps its own)."""
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 
 import matplotlib
 import matplotlib.pyplot as plt
+
+from lessonlib.engine.outputs import DataTable
 
 # Fixed ids and no date stamp: the same figure gives the same bytes on every build.
 # Text stays text (smaller files, selectable, searchable by the browser).
@@ -23,8 +26,35 @@ STYLE = {
 def reset() -> None:
     """Close every figure and apply the house style (each page starts from the same state)."""
     plt.close("all")
+    _tables.clear()
     matplotlib.rcdefaults()
     matplotlib.rcParams.update(STYLE)
+
+
+_tables: list[DataTable] = []  # figure_data calls since the last take_tables
+
+
+def figure_data(columns: dict[str, Sequence], fmt: str = ".3g") -> None:
+    """Offer the numbers a block's figure plots as a table, collapsed under the figure, for
+    readers who cannot see it: ``figure_data({"distance": d, "RNN": g})``, one column each.
+    Numbers are formatted with `fmt`, anything else with str."""
+    lengths = {len(values) for values in columns.values()}
+    if len(lengths) > 1:
+        raise ValueError(f"figure_data: every column needs as many values, not {sorted(lengths)}")
+    rows = zip(*columns.values())
+    _tables.append(DataTable(list(columns), [[_cell(v, fmt) for v in row] for row in rows]))
+
+
+def _cell(value: object, fmt: str) -> str:
+    if hasattr(value, "item"):  # a NumPy or torch scalar
+        value = value.item()
+    return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def take_tables() -> list[DataTable]:
+    tables = _tables[:]
+    _tables.clear()
+    return tables
 
 
 def take_figures() -> list[str]:

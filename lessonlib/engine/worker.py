@@ -48,6 +48,7 @@ class PageJob:
     environment: str  # the environment fingerprint, for memo keys
     cores: int  # the build's `workers`: the most processes the page's experiments may start
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
+    keep_going: bool = False  # run on past a failed assert, then fail naming every one
 
     @property
     def folder(self) -> Path:
@@ -138,7 +139,7 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
     roots = [Path(r) for r in job.source_roots]
     recorder = Recorder(Path(job.root), roots, cache, code_files={job.path})
     with recorder.recording():
-        session = Session(page, job.output_limit)
+        session = Session(page, job.output_limit, job.keep_going)
         store = MemoStore(Path(job.cache_dir, "memo"), Path(job.root), roots, cache, session.namespace,
                           job.refresh, job.environment) if job.cache_dir else None
         with memo_store(store):
@@ -149,6 +150,7 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
                 conn.send(BlockDone(output))
             conn.send(Started(None))
             values = {inline.source: session.value(inline) for inline in page.inlines}
+            session.assert_all_held()
             children.seen_after(len(page.blocks))
     return Finished(values, recorder.manifest().to_json())
 

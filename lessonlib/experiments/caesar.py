@@ -31,7 +31,7 @@ from joblib import Parallel, delayed
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lessonlib.device import cpus, one_cpu_thread
+from lessonlib.device import cpus, steady_cpu
 from lessonlib.models.multihead import MultiHeadAttention
 from lessonlib.models.transformer import TokenModel
 from lessonlib.progress import progress as progress_bar
@@ -100,7 +100,7 @@ def train(causal: bool, seed: int = 0, protocol: CaesarProtocol = PROTOCOL, devi
     optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
     losses = []
     steps = progress_bar(range(p.steps), f"Caesar, {'with' if causal else 'without'} the mask", enabled=progress)
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for _ in steps:
             tokens = make_batch(p.batch, data, p.digits, device)
             logits, _ = model(tokens[:, :-1])  # (B, L-1, V): position t predicts token t + 1

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.experiments import memory_task
 from lessonlib.models.batched_rnn import BatchedRNNClassifier
 from lessonlib.models.rnn import set_spectral_radius
@@ -68,7 +68,7 @@ def train(
     opt = optimizers[optimizer](group.parameters(), lr=protocol.lr)
     generators = memory_task.data_streams(seeds)
     losses, norms = [], []
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for _ in range(protocol.steps):
             _, _, loss, norm = memory_task.train_step(group, opt, generators, length, protocol, device)
             losses.append(loss)

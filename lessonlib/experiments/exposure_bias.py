@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.models import seq2seq
 
 
@@ -38,7 +38,7 @@ def position_accuracy(model: seq2seq.Seq2Seq, length: int, n: int = 500, seed: i
     """
     device = next(model.parameters()).device
     src, tgt = seq2seq.make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         teacher = model(src, tgt).argmax(-1)                          # (n, T+1): fed the right tokens
         free, _ = model.greedy_decode(src, max_len=length + 1)        # (n, T+1): fed its own tokens
     right_tf, right_free = teacher == tgt, free == tgt                # (n, T+1)

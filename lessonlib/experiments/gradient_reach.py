@@ -29,7 +29,7 @@ import torch
 from torch import Tensor, nn
 
 from lessonlib.models.attention import dot_product_attention
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.models.lstm import open_forget_gate
 from lessonlib.models.rnn import set_spectral_radius
 
@@ -131,7 +131,7 @@ def gradient_reach(
     own gradients are not reported.
     """
     norms = []
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for seed in seeds:
             model, x = sample(model_name, seed, warmup + length, input_size, hidden_size, radius)
             reach = jacobian_norms(model.to(device), x.to(device))[warmup:]  # (L,): the measured inputs

@@ -48,7 +48,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.models.batched_rnn import BatchedRNNClassifier
-from lessonlib.device import cpus, one_cpu_thread
+from lessonlib.device import cpus, steady_cpu
 from lessonlib.models.gru import open_update_gate
 from lessonlib.models.lstm import open_forget_gate
 from lessonlib.models.transformer import Transformer
@@ -216,7 +216,7 @@ def train_seeds(
     Each model gets its own batches, its own loss, its own gradient clipping and its own
     stop: models never interact, so a seed's Run does not depend on which seeds train with it.
     """
-    with one_cpu_thread(device):  # tiny tensors: a second thread only adds waiting
+    with steady_cpu(device):  # tiny tensors: a second thread only adds waiting
         return _train_seeds(model_name, length, seeds, protocol, device)
 
 
@@ -294,6 +294,26 @@ def sweep(
     for (m, L, job_seeds), job_runs in zip(jobs, runs):
         results.update({(m, L, s): run for s, run in zip(job_seeds, job_runs)})
     return {(m, L, s): results[m, L, s] for m in models for L in lengths_of[m] for s in seeds}
+
+
+def recurrent_gradient_terms(model: MemoryModel, tokens: Tensor, labels: Tensor) -> Tensor:
+    """(L, H, H): what each step contributes to the gradient of the loss with respect to the
+    RNN's recurrent weight W_hh, for tokens (B, L) and labels (B,); the terms sum to it.
+
+    The gradient of a shared weight is a sum with one term per step, the step's error signal
+    times the state it read. To see the terms, the loop is written out with a copy of W_hh per
+    step: each copy's gradient is one term, and the terms add up to W_hh's gradient."""
+    rnn = model.rnn
+    if not isinstance(rnn, nn.RNN):
+        raise ValueError("the per-step gradient is written out for the plain RNN (model 'rnn')")
+    x = model.embed(tokens)  # (B, L, E)
+    copies = rnn.weight_hh_l0.detach().expand(x.shape[1], -1, -1).clone().requires_grad_()  # (L, H, H)
+    h = x.new_zeros(x.shape[0], rnn.hidden_size)  # (B, H)
+    for t in range(x.shape[1]):
+        h = torch.tanh(x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ copies[t].T + rnn.bias_hh_l0)
+    loss = F.cross_entropy(model.head(h), labels)
+    (terms,) = torch.autograd.grad(loss, copies)
+    return terms
 
 
 def format_table(results: dict[tuple[str, int, int], Run]) -> str:

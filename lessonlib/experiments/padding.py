@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.models import seq2seq
 
 
@@ -36,7 +36,7 @@ def padding_effect(model: seq2seq.Seq2Seq, lengths: Sequence[int], widths: Seque
     alone_acc: dict[int, float] = {}
     padded_acc: dict[int, dict[int, float]] = {w: {} for w in widths}
     changed: dict[int, dict[int, float]] = {w: {} for w in widths}
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for length in lengths:
             src, tgt = seq2seq.make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
             target = F.pad(tgt, (0, 2), value=seq2seq.PAD)              # (n, length + 3): too long is wrong

@@ -35,7 +35,7 @@ from torch.nn import functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.experiments import memory_task
 from lessonlib.models.lstm import LSTM
 from lessonlib.models.multihead import KVCache
@@ -55,7 +55,7 @@ def time_step(lengths: Sequence[int], device: Device = "cpu", *, reps: int = 5,
     """Median seconds of one forward + backward pass of the memory-task models, as they train
     (nn.LSTM; the transformer with torch's fused attention), on the protocol's batch, per length."""
     device = torch.device(device)
-    with one_cpu_thread(device):  # as the memory task trains; one thread also depends less on load
+    with steady_cpu(device):  # as the memory task trains; one thread also depends less on load
         return _time_step(lengths, device, reps, warmup)
 
 

@@ -37,7 +37,7 @@ def encodings(pe: torch.Tensor) -> Figure:
     right.plot(range(len(pe)), similarity, color=PALETTE["blue"], linewidth=2)
     right.set_xlabel("distance between two positions")
     right.set_ylabel("dot product of their encodings")
-    right.set_title("similarity falls with distance")
+    right.set_title("dot product against distance")
     right.grid(True, alpha=0.3)
     fig.tight_layout()
     return fig

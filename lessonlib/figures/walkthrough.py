@@ -129,7 +129,7 @@ def walkthrough_html(steps: list[Step]) -> str:
 <div class="lstm-walkthrough__scroll">
 <table class="lstm-walkthrough__table">
 <caption>Every step of the update, on one unit of the LSTM's state. z_f, z_i, z_g, z_o are the gates'
-pre-activations (weights times x_t and h_prev, plus biases). Every number is computed when the site is built
+pre-activations (weights times x_t and h_prev, plus biases). Every number is computed by lessonlib's LSTM cell
 and shown to three decimals, so a sum of rounded products can differ from its result in the last digit.</caption>
 <thead><tr><th scope="col">Step</th><th scope="col">Formula</th><th scope="col">Numbers plugged in</th>
 <th scope="col">Result</th></tr></thead>

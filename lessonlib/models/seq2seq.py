@@ -5,11 +5,11 @@ way to show the encoder bottleneck. Without attention the decoder sees the sourc
 only through the encoder's final state: one H-sized vector must carry every digit, and the
 longer the string the more it forgets. With attention the decoder looks back at every
 encoder state at every step, and the heatmap (output step x source position) is an
-anti-diagonal. Read it closely: after the first step the trained model mostly looks at the
-source position of the digit it has just written (its input, position T-t at step t), not at
-the one it is writing (T-1-t). A forward RNN's state at position i also remembers digit
-i-1, and that is the next digit to write; finding the digit just written is a pure content
-match. (The lesson measures the shares for seed 0 of the default budget, length 12.)
+anti-diagonal. Read it closely: at step t a trained model may look at the digit it is writing
+(source position T-1-t) or at the one it has just written (its input, position T-t): a forward
+RNN's state at position i also remembers digit i-1, which is the next digit to write, and
+finding the digit just written is a pure content match. Which of the two a model settles on
+is decided in training; the lesson counts the shares of its own model (length 12).
 
 By default every batch holds strings of one length (bucketing), so a batch has no padding at
 all: the encoder's final state is the true final state and attention needs no mask. Training
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from lessonlib.models.attention import dot_product_attention
-from lessonlib.device import one_cpu_thread
+from lessonlib.device import steady_cpu
 from lessonlib.progress import progress as progress_bar
 
 # ----------------------------------------------------------------------------- the task
@@ -266,7 +266,7 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1 - step / steps)
     bar = progress_bar(range(steps), f"seq2seq {'with' if attention else 'without'} attention",
                        enabled=progress)
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for _ in bar:
             if padded:
                 src, tgt = make_padded_batch(batch_size, min_len, max_len, data, device)
@@ -294,7 +294,7 @@ def exact_match(model: Seq2Seq, lengths: list[int] | tuple[int, ...] = (4, 8, 12
     """
     device = next(model.parameters()).device if device is None else torch.device(device)
     accuracy = {}
-    with one_cpu_thread(device):
+    with steady_cpu(device):
         for length in lengths:
             src, tgt = make_batch(length, n, torch.Generator().manual_seed(seed + length), device)
             tokens, _ = model.greedy_decode(src, max_len=length + 3)

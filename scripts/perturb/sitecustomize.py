@@ -1,0 +1,26 @@
+"""Stand-ins for another machine, for scripts/robustness: with this folder on PYTHONPATH, every
+Python process of a build (the build, the engine's worker template, the processes experiments
+start) applies what LESSONLIB_PERTURB names (comma-separated):
+
+  subnormals   subnormal floats computed as IEEE says, never flushed to zero (the course flushes
+               them: lessonlib.device.flush_subnormals)
+  threads=N    torch uses N threads wherever the course asks for one
+
+ATEN_CPU_CAPABILITY (other vectorised kernels) needs no help here: torch reads it itself.
+"""
+import os
+
+_asked = [p.strip() for p in os.environ.get("LESSONLIB_PERTURB", "").split(",") if p.strip()]
+if _asked:
+    import torch
+
+    for _perturbation in _asked:
+        if _perturbation == "subnormals":
+            _flush = torch.set_flush_denormal
+            torch.set_flush_denormal = lambda on: _flush(False)
+        elif _perturbation.startswith("threads="):
+            _threads, _set = int(_perturbation.split("=")[1]), torch.set_num_threads
+            torch.set_num_threads = lambda n: _set(_threads)
+            _set(_threads)
+        else:
+            raise SystemExit(f"LESSONLIB_PERTURB: unknown perturbation {_perturbation!r} (known: subnormals, threads=N)")

@@ -1,0 +1,226 @@
+"""The exercise notebook docs/lessons/exercise-language-model.ipynb, executed as a reader would run it.
+
+With the published solutions pasted into the reader's cells, the notebook must run from top to
+bottom, the loss must fall and the samples must behave as the text says (greedy repeats itself,
+top-k keeps to likely characters); with a wrong answer, the checker cell after it must stop and
+name the mistake. The checker's messages are tested directly as well.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+from nbclient.exceptions import CellExecutionError
+from torch.nn import functional as F
+
+import notebook_cells
+from notebook_cells import tagged, text
+from lessonlib.exercises import language_model as exercise
+from lessonlib.experiments import language_model as lm
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-language-model.ipynb"
+PARTS = {"exercise-sample": "sample", "exercise-train-chunk": "train_chunk"}
+
+
+def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
+    """The notebook with every solution filled in; `replace` edits one part's solution: {tag: (old, new)}."""
+    nb = notebook_cells.load(NOTEBOOK)
+    for tag, part in PARTS.items():
+        code = notebook_cells.solution_code(nb, f"Solution: {part}")
+        if replace and tag in replace:
+            old, new = replace[tag]
+            assert old in code, f"{old!r} is not in the solution of {part}"
+            code = code.replace(old, new)
+        tagged(nb, tag).source = code
+    return nb
+
+
+def solution_functions() -> dict:
+    ns: dict = {"torch": torch, "F": F}
+    nb = solved()
+    for tag in PARTS:
+        exec(tagged(nb, tag).source, ns)
+    return ns
+
+
+# ----------------------------------------------------------------------------- the notebook as published
+
+def test_notebook_is_published_clean():
+    nb = notebook_cells.load(NOTEBOOK)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "clear the notebook's outputs"
+    for tag in PARTS:
+        assert "raise NotImplementedError" in tagged(nb, tag).source
+    assert nb.metadata.kernelspec.name == "python3"
+
+
+def test_solution_runs_learns_and_writes():
+    nb = solved()
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    notebook_cells.execute(nb, NOTEBOOK.parent, timeout=600)
+    assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
+    for tag in ("check-sample", "check-train-chunk"):
+        assert text(tagged(nb, tag)).startswith("✓"), tag
+    report = "".join(text(c) for c in nb.cells)
+    losses = [float(b) for b in re.findall(r"step +\d+: ([\d.]+) bits per character", report)]
+    assert len(losses) == 4 and losses[-1] < losses[0] - 2, report
+    samples = dict(re.findall(r"--- temperature ([\d.]+(?:, top 5)?)\n(.*?)(?=\n---|\Z)", report, re.S))
+    assert set(samples) >= {"0", "0.5", "1.0", "1.5", "1.5, top 5"}, report
+    greedy = samples["0"][len("Ham.\n"):]
+    assert len(set(greedy[-60:])) < len(set(samples["1.5"][-60:])), "greedy text uses fewer characters"
+    assert samples["0"].startswith("Ham.\n")
+
+
+def test_unsolved_notebook_stops_at_the_first_checker():
+    with pytest.raises(CellExecutionError) as info:
+        notebook_cells.execute(notebook_cells.load(NOTEBOOK), NOTEBOOK.parent)
+    assert info.value.ename == "LanguageModelCheckError"
+    assert "sample() is still the stub" in str(info.value)
+
+
+@pytest.mark.parametrize("tag, edit, expected", [
+    ("exercise-sample", ("logits = logits / temperature", "logits = logits * temperature"), "works backwards"),
+    ("exercise-sample", ("logits < kth", "logits <= kth"), "off-by-one"),
+    ("exercise-train-chunk", ("state = tuple(s.detach() for s in state) if isinstance(state, tuple) else state.detach()",
+                              "state = state"), "still attached"),
+])
+def test_a_listed_mistake_stops_the_notebook_at_its_checker(tag, edit, expected):
+    with pytest.raises(CellExecutionError) as info:
+        notebook_cells.execute(solved({tag: edit}), NOTEBOOK.parent)
+    assert info.value.ename == "LanguageModelCheckError"
+    assert expected in str(info.value)
+
+
+# ----------------------------------------------------------------------------- the checker: sampling
+
+def sampler(multiply=False, ignore_t=False, smallest=False, fill=float("-inf"), strict=False, greedy_always=False,
+            uniform=False, no_generator=False, flat=False, no_zero=False):
+    def sample(logits, temperature=1.0, top_k=None, generator=None):
+        if greedy_always or (temperature == 0 and not no_zero):
+            return logits.argmax(-1, keepdim=True)
+        if not ignore_t:
+            logits = logits * temperature if multiply else logits / temperature
+        if top_k is not None:
+            if smallest:
+                kth = (-logits).topk(top_k, dim=-1).values[:, -1:]
+                logits = logits.masked_fill(-logits < kth, fill)
+            else:
+                kth = logits.topk(top_k, dim=-1).values[:, -1:]
+                logits = logits.masked_fill(logits <= kth if strict else logits < kth, fill)
+        probs = torch.ones_like(logits).softmax(-1) if uniform else logits.softmax(-1)
+        out = torch.multinomial(probs, 1, generator=None if no_generator else generator)
+        return out[:, 0] if flat else out
+    return sample
+
+
+def stub(*_):
+    raise NotImplementedError
+
+
+SAMPLE_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "temperature multiplies": (sampler(multiply=True), "works backwards"),
+    "temperature ignored": (sampler(ignore_t=True), "temperature is ignored"),
+    "top-k keeps the smallest": (sampler(smallest=True), "least"),
+    "top-k filled with 0": (sampler(fill=0.0), "different tokens"),
+    "top-k off by one": (sampler(strict=True), "off-by-one"),
+    "always greedy": (sampler(greedy_always=True), "always returns the same token"),
+    "uniform draws": (sampler(uniform=True), "uniform"),
+    "generator ignored": (sampler(no_generator=True), "generator is ignored"),
+    "shape (B,)": (sampler(flat=True), "(B, 1)"),
+    "temperature 0 divides": (sampler(no_zero=True), "temperature 0"),
+}
+
+
+@pytest.mark.parametrize("name", SAMPLE_MISTAKES)
+def test_sample_checker_names_the_mistake(name):
+    wrong, expected = SAMPLE_MISTAKES[name]
+    problem = exercise.diagnose_sample(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+# ----------------------------------------------------------------------------- the checker: train_chunk
+
+def chunk_step(detach=True, carry=True, zero_grad=True, step=True, item=True, total=False):
+    def train_chunk(model, optimizer, x, y, state):
+        logits, state = model(x, state if carry else None)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="sum" if total else "mean")
+        if zero_grad:
+            optimizer.zero_grad()
+        loss.backward()
+        if step:
+            optimizer.step()
+        if detach:
+            state = tuple(s.detach() for s in state)
+        return (loss.item() if item else loss), state
+    return train_chunk
+
+
+CHUNK_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "state not detached": (chunk_step(detach=False), "still attached"),
+    "state not carried": (chunk_step(carry=False), "empty state"),
+    "no zero_grad": (chunk_step(zero_grad=False), "pile up"),
+    "no optimizer step": (chunk_step(step=False), "never changed"),
+    "loss as a tensor": (chunk_step(item=False), "loss.item()"),
+    "summed loss": (chunk_step(total=True), "mean over all"),
+}
+
+
+@pytest.mark.parametrize("name", CHUNK_MISTAKES)
+def test_train_chunk_checker_names_the_mistake(name):
+    wrong, expected = CHUNK_MISTAKES[name]
+    problem = exercise.diagnose_train_chunk(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+def test_the_backward_error_of_an_undetached_state_is_named():
+    """A state returned attached, then detached by nobody: the second backward pass fails."""
+    def leaky(model, optimizer, x, y, state):
+        logits, new = model(x, state)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        leaky.kept = new
+        return loss.item(), tuple(s.detach() for s in new) if state is None else new
+    problem = exercise.diagnose_train_chunk(leaky)
+    assert problem is not None and ("not detached" in problem or "still attached" in problem), problem
+
+
+def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
+    ns = solution_functions()
+    assert exercise.diagnose_sample(exercise.REFERENCE_SAMPLE) is None
+    assert exercise.diagnose_sample(ns["sample"]) is None
+    reference_step = lambda m, o, x, y, s: lm.train_chunk(m, o, x, y, s, math.inf)
+    assert exercise.diagnose_train_chunk(reference_step) is None
+    assert exercise.diagnose_train_chunk(ns["train_chunk"]) is None
+    exercise.check_sample(ns["sample"])
+    assert capsys.readouterr().out.startswith("✓")
+    with pytest.raises(exercise.LanguageModelCheckError, match="works backwards"):
+        exercise.check_sample(sampler(multiply=True))
+
+
+def test_train_and_write_use_the_readers_functions():
+    calls = []
+
+    def spy(model, optimizer, x, y, state):
+        calls.append(state is None)
+        return lm.train_chunk(model, optimizer, x, y, state, math.inf)
+
+    model, losses, tok = exercise.train(spy, steps=3)
+    assert calls == [True, False, False] and len(losses) == 3, "the state is carried from the second chunk on"
+    drawn = []
+
+    def spy_sample(logits, temperature, top_k, generator):
+        drawn.append((temperature, top_k))
+        return exercise.REFERENCE_SAMPLE(logits, temperature, top_k, generator)
+
+    out = exercise.write(model, tok, spy_sample, "HAM", 5, 0.7, top_k=3)
+    assert out.startswith("HAM") and len(out) == 8 and drawn == [(0.7, 3)] * 5
