@@ -7,7 +7,7 @@ come from the cache, never imports torch.
 """
 from __future__ import annotations
 
-from lessonlib.device import device
+from lessonlib import device  # callable: lessonlib.device() is the device; lessonlib.device.cpus() too
 from lessonlib.progress import progress
 
 __all__ = ["device", "figure_data", "memo", "progress"]

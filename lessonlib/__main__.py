@@ -8,9 +8,11 @@ from pathlib import Path
 
 import nbformat
 
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.blocks import ParsedPage, parse_page
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.notebook import to_notebook
 from lessonlib.engine.numerals import hand_typed_numerals
+from lessonlib.engine.outputs import BlockOutput
 from lessonlib.engine.page import PageResult, Settings, execute_pages
 from lessonlib.engine.plugin import load_settings
 
@@ -36,6 +38,14 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"no such page: {page}")
     if args.command == "check":
         return _check(args.pages)
+    try:
+        return _execute(parser, args)
+    except SetupError as e:
+        print(f"lessonlib: {e}", file=sys.stderr)
+        return 2
+
+
+def _execute(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     settings = load_settings(args.config) if args.config.is_file() else Settings().with_environment()
     settings = replace(settings, refresh=settings.refresh or getattr(args, "refresh", False),
                        keep_going=getattr(args, "keep_going", False))
@@ -46,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     sources = [(page.read_text(encoding="utf-8"), page.resolve().relative_to(root).as_posix()) for page in args.pages]
     results = execute_pages(sources, settings, report=lambda line: print(line, file=sys.stderr))
     errors = [r for r in results if isinstance(r, LessonError)]
-    for error in errors:
+    texts = {path: text for text, path in sources}
+    for error in errors:  # what the blocks before the failure printed, then the failure
+        if error.outputs_before:
+            _print_blocks(parse_page(texts[error.path], error.path), error.outputs_before)
         print(error, file=sys.stderr)
     if args.command == "notebook" and not errors:
         nbformat.write(to_notebook(results[0].page, results[0].outputs), args.output)
@@ -76,15 +89,19 @@ def _print_outputs(result: PageResult) -> None:
         print(f"{result.page.path}: nothing to run")
         return
     blocks, values = result.outputs
-    for block, output in zip(result.page.blocks, blocks):
-        print(f"--- {result.page.path}:{block.start + 1} ({block.kind})")
+    _print_blocks(result.page, blocks)
+    for inline in result.page.inlines:
+        print(f"--- {result.page.path}:{inline.line} `{{py}} {inline.source}` = {values[inline.source]}")
+    print(result.summary, file=sys.stderr)
+
+
+def _print_blocks(page: ParsedPage, outputs: list[BlockOutput]) -> None:
+    for block, output in zip(page.blocks, outputs):
+        print(f"--- {page.path}:{block.start + 1} ({block.kind})")
         if output.text:
             print(output.text.rstrip())
         for figure in output.figures:
             print(f"[figure: {figure.alt}]")
-    for inline in result.page.inlines:
-        print(f"--- {result.page.path}:{inline.line} `{{py}} {inline.source}` = {values[inline.source]}")
-    print(result.summary, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ process, which only renders pages whose results come from the cache.
 from __future__ import annotations
 
 import os
+import sys
+import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -81,3 +83,14 @@ def steady_cpu(device: torch.device | str) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+class _CallableModule(types.ModuleType):
+    """`lessonlib.device()` is the device, and `lessonlib.device.cpus()` and the rest are this
+    module's functions: `import lessonlib` binds this module, which can be called."""
+
+    def __call__(self) -> torch.device:
+        return device()
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -94,6 +94,7 @@ def test_the_plugin_memoizes_the_sites_search_index(tmp_path, monkeypatch):
     monkeypatch.setattr(lesson_plugin, "execute_pages", lambda *args, **kwargs: [])
     config = load_config(str(ROOT / "mkdocs.yml"))
     config = config.plugins.on_config(config)
+    config.site_dir = str(tmp_path / "site")  # the build's staging folder goes beside it
     config.plugins["lessonlib"].on_pre_build(config)
     index = config.plugins["material/search"].search_index
     index.add_entry_from_context(page())

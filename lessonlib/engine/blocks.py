@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from markdown_it import MarkdownIt
 
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine import options as checks
+from lessonlib.engine.errors import LessonError, SetupError
 
 FLAGS = {"check", "hide-code", "hide-output", "html", "timing"}
 KEYED = {"alt", "caption", "timeout"}
@@ -133,15 +134,17 @@ def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, st
     for item in items:
         key, eq, value = item.partition("=")
         if (eq and key in KEYED) or (not eq and key in FLAGS):
+            if key in options:
+                raise LessonError(path, line, f"{key}{eq} is given twice on this fence: keep one")
             options[key] = value
         else:
             known = ", ".join(sorted(FLAGS) + [f"{k}=..." for k in sorted(KEYED)])
             raise LessonError(path, line, f"unknown block option {item!r} (known: {known})")
     if "timeout" in options:
         try:
-            float(options["timeout"])
-        except ValueError:
-            raise LessonError(path, line, f"timeout must be a number of seconds, not {options['timeout']!r}") from None
+            checks.positive("timeout", options["timeout"], "seconds")
+        except SetupError as e:
+            raise LessonError(path, line, str(e)) from None
     return "exec", options
 
 

@@ -10,6 +10,7 @@ successful runs. Nothing here imports torch.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import json
@@ -25,10 +26,11 @@ from typing import IO
 
 from lessonlib.engine import SEED
 from lessonlib.engine.blocks import ParsedPage
+from lessonlib.engine.errors import SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs
 
-FORMAT = 3  # bump when the stored layout or the rendering contract changes
+FORMAT = 4  # bump when the stored layout or the rendering contract changes
 ENGINE = Path(__file__).parent
 
 
@@ -122,10 +124,12 @@ def prune(root: Path, limit_mb: float, since: float) -> int:
     until the cache holds at most `limit_mb`; never one used at or after `since` (this build's
     start). Returns how many were dropped. Safe beside other builds: a dropped entry is a miss."""
     units: dict[Path, list[os.stat_result]] = {}
-    for folder in ("pages", "memo"):
+    for folder in ("pages", "memo", "seconds", "notebooks"):
         for path in (root / folder).glob("*"):
-            if path.suffix in (".json", ".pkl"):  # not a lock, not a write in progress
-                with contextlib.suppress(FileNotFoundError):  # another build's prune took it
+            with contextlib.suppress(FileNotFoundError):  # another build's prune took it
+                if path.suffix == ".tmp" and _abandoned(path, since):
+                    path.unlink()
+                elif path.suffix in (".json", ".pkl") and folder in ("pages", "memo"):  # not a lock
                     units.setdefault(path.with_suffix(""), []).append(path.stat())
     size = sum(s.st_size for stats in units.values() for s in stats)
     last_used = sorted((max(s.st_mtime for s in stats), unit) for unit, stats in units.items())
@@ -142,6 +146,36 @@ def prune(root: Path, limit_mb: float, since: float) -> int:
             lock.unlink(missing_ok=True)
             held.close()
     return dropped
+
+
+def cache_errors(folder: Path) -> contextlib.AbstractContextManager[None]:
+    """Writing the cache failed (a full disk, a read-only folder, a file where a folder should
+    be): the cache's fault, not a lesson's. Raises one SetupError that says which and what to do."""
+    return _CacheErrors(Path(folder))
+
+
+class _CacheErrors(contextlib.AbstractContextManager):
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def __exit__(self, kind: type | None, error: BaseException | None, traceback: object) -> None:
+        if isinstance(error, OSError):
+            raise SetupError(cache_problem(self.folder, error)) from None
+
+
+_ELSEWHERE = "or point cache_dir (mkdocs.yml) or LESSONLIB_CACHE_DIR at another folder"
+
+
+def cache_problem(folder: Path, error: OSError) -> str:
+    """The failed cache write, in one line: what is wrong with the folder and the fix."""
+    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"the cache folder {folder} cannot be made: {blocker} is a file; remove it {_ELSEWHERE}"
+    if error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return f"the cache folder {folder} is on a full disk ({error.strerror}); free some space {_ELSEWHERE}"
+    if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return f"the cache folder {folder} cannot be written ({error.strerror}); make it writable {_ELSEWHERE}"
+    return f"the cache folder {folder} cannot be written ({error.strerror or error}); {_ELSEWHERE.removeprefix('or ')}"
 
 
 def file_clock(root: Path) -> float:
@@ -177,7 +211,7 @@ def write_atomically(path: Path, text: str) -> None:
     The file gets the usual permissions (the umask's), not mkstemp's owner-only ones: files
     written into the site must be readable by the web server that serves it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+    tmp = temporary_beside(path)
     try:
         with open(tmp, "x", encoding="utf-8") as f:
             f.write(text)
@@ -185,6 +219,23 @@ def write_atomically(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def temporary_beside(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place, named by the writing process."""
+    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+
+
+def _abandoned(tmp: Path, since: float) -> bool:
+    """A temporary file whose writer was killed: it is gone, and it wrote before this run began."""
+    try:
+        pid = int(tmp.name.split(".")[-3])
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return tmp.stat().st_mtime < since
+    except (IndexError, ValueError, PermissionError):
+        pass
+    return False
 
 
 def path_name(path: str) -> str:

@@ -1,14 +1,22 @@
-"""The one error type the engine raises for a lesson's fault."""
+"""The engine's two error types: a lesson's fault, located in its page, and a set-up fault
+(a bad setting, a cache folder the build cannot use), which is nobody's page's."""
 from __future__ import annotations
 
 
 class LessonError(Exception):
-    """A failure located in a lesson: ``docs/PATH.md:LINE: message`` then optional detail."""
+    """A failure located in a lesson: ``docs/PATH.md:LINE: message`` then optional detail.
+    `outputs_before`: what the blocks that finished before it printed (BlockOutput each)."""
 
-    def __init__(self, path: str, line: int, message: str, detail: str = "") -> None:
+    def __init__(self, path: str, line: int, message: str, detail: str = "", outputs_before: list | None = None) -> None:
         self.path, self.line, self.message, self.detail = path, line, message, detail
+        self.outputs_before = list(outputs_before or [])
         super().__init__(str(self))
 
     def __str__(self) -> str:
         head = f"{self.path}:{self.line}: {self.message}"
         return f"{head}\n{self.detail.rstrip()}" if self.detail else head
+
+
+class SetupError(Exception):
+    """One line that names the bad value's source (an option, a variable, the cache folder)
+    and how to fix it; shown as it is, never with a traceback."""

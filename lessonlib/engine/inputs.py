@@ -1,71 +1,137 @@
 """What a page really read, recorded while it runs, so a cached result is used only while all of
 it is unchanged (ccache's direct mode, with a manifest of inputs beside the static key).
 
-In the worker, a Recorder notes:
-- files opened for reading under the project's roots (an audit hook on ``open``), and folders
-  listed there (``os.listdir``, ``os.scandir``: what ``glob`` and ``Path.iterdir`` use);
+In the worker, a Recorder notes, each fingerprinted when first read (a change during the run
+is then seen at its end):
+- files opened for reading under the project's roots (an audit hook on ``open``; sqlite
+  databases; files named on a subprocess's command line), and folders listed there by the
+  page's or the project's code (not by the import system looking for modules);
+- ``stat`` probes (``os.path.exists``, ``getsize``, ``Path.is_file`` ...): present or not, the
+  kind, a file's size; never file times;
 - environment variables read by the page's code or the project's modules (not by libraries,
   which read them for their own purposes and are pinned by the environment fingerprint);
 - at the end, every module imported from the project (whatever imported it, statically or not).
-A Manifest holds each input with a content hash; ``Manifest.changed`` tells what differs now.
-Nothing here imports torch: the build checks manifests without it.
+A path is named as the page named it: a symlink's target is part of its fingerprint.
+Editor swap and backup files, version control and cache folders are never inputs.
+Manifests name paths relative to the project's root, so an entry means the same in any copy
+of the checkout. ``Manifest.changed`` tells what differs now. Nothing here imports torch.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
+import shlex
+import stat
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
-KINDS = ("modules", "files", "dirs", "env")
+KINDS = ("modules", "files", "dirs", "probes", "env")
+_WORDS = {"modules": "module", "files": "file", "dirs": "the listing of folder", "probes": "the status of",
+          "env": "environment variable"}
+
+# Never a project input: version control, caches, and what editors write beside a file
+# (vim: .name.swp and 4913, its write test; emacs: #name# and .#name; name~ backups).
+NEVER_INPUTS = {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                ".ipynb_checkpoints", ".DS_Store", "4913"}
+_EDITOR_FILE = re.compile(r"\..*\.sw[a-p]|.*~|#.*#|\.#.*")
 
 
-def file_hash(path: str) -> str | None:
+def never_an_input(name: str) -> bool:
+    """A file or folder name that is never a project input."""
+    return name in NEVER_INPUTS or _EDITOR_FILE.fullmatch(name) is not None
+
+
+# --- names and fingerprints --------------------------------------------------------------------
+
+def portable(path: str, root: str) -> str:
+    """Relative to the project's root when inside it (posix), else absolute."""
+    if path == root or path.startswith(root + os.sep):
+        return Path(os.path.relpath(path, root)).as_posix()
+    return path
+
+
+def absolute(name: str, root: str | Path) -> str:
+    return name if os.path.isabs(name) else os.path.join(root, name)
+
+
+def file_fingerprint(path: str, root: str) -> str | None:
+    """The content, and where a symlink on the way points (re-pointing it is a change)."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        digest = hashlib.sha256(Path(path).read_bytes())
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
         return None
+    return _with_target(digest, path, root)
 
 
-def dir_hash(path: str) -> str | None:
+def dir_fingerprint(path: str, root: str) -> str | None:
     try:
-        return hashlib.sha256("\n".join(sorted(os.listdir(path))).encode()).hexdigest()
-    except (FileNotFoundError, NotADirectoryError):
+        names = sorted(name for name in os.listdir(path) if not never_an_input(name))
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return None
+    return _with_target(hashlib.sha256("\n".join(names).encode()), path, root)
 
 
-def env_hash(name: str) -> str | None:
+def probe_fingerprint(path: str, root: str) -> str | None:
+    """What a stat probe can tell: present or not, file or folder, a file's size, a link's target."""
+    try:
+        info = os.lstat(path) if os.path.islink(path) and not os.path.exists(path) else os.stat(path)
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
+        return None
+    kind = "file" if stat.S_ISREG(info.st_mode) else "folder" if stat.S_ISDIR(info.st_mode) else "other"
+    size = info.st_size if kind == "file" else 0
+    return _with_target(hashlib.sha256(f"{kind} {size}".encode()), path, root)
+
+
+def env_fingerprint(name: str, root: str) -> str | None:
     value = os.environ.get(name)  # stored as a hash: a variable may hold a secret
     return None if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
-_HASH = {"modules": file_hash, "files": file_hash, "dirs": dir_hash, "env": env_hash}
+def _with_target(digest: hashlib._Hash, path: str, root: str) -> str:
+    target = os.path.realpath(path)
+    if target != os.path.abspath(path):
+        digest.update(b"\0-> " + portable(target, root).encode())
+    return digest.hexdigest()
+
+
+FINGERPRINT: dict[str, Callable[[str, str], str | None]] = {
+    "modules": file_fingerprint, "files": file_fingerprint, "dirs": dir_fingerprint,
+    "probes": probe_fingerprint, "env": env_fingerprint}
 
 
 @dataclass
 class Manifest:
-    """Each input the run read, with its hash then (None: absent)."""
+    """Each input the run read, by its portable name, with its fingerprint then (None: absent)."""
 
     modules: dict[str, str | None] = field(default_factory=dict)
     files: dict[str, str | None] = field(default_factory=dict)
     dirs: dict[str, str | None] = field(default_factory=dict)
+    probes: dict[str, str | None] = field(default_factory=dict)
     env: dict[str, str | None] = field(default_factory=dict)
 
-    def changed(self) -> str | None:
-        """The first input that differs now, in words (None if every one is as recorded)."""
+    def changed(self, root: str | Path) -> str | None:
+        """The first input that differs now in the checkout at `root`, in words (None if none)."""
+        root = str(root)
         for kind in KINDS:
             for name, recorded in getattr(self, kind).items():
-                if _HASH[kind](name) != recorded:
-                    what = {"modules": "module", "files": "file", "dirs": "folder", "env": "environment variable"}
-                    return f"{what[kind]} {_shown(name)} changed"
+                where = name if kind == "env" else absolute(name, root)
+                if FINGERPRINT[kind](where, root) != recorded:
+                    return f"{_WORDS[kind]} {name} changed"
         return None
 
     def update(self, other: Manifest) -> None:
         for kind in KINDS:
             getattr(self, kind).update(getattr(other, kind))
+
+    def paths(self, root: str | Path) -> list[str]:
+        """Every file and folder named, absolute."""
+        return [absolute(name, str(root)) for kind in KINDS if kind != "env" for name in getattr(self, kind)]
 
     def to_json(self) -> dict:
         return {kind: dict(sorted(getattr(self, kind).items())) for kind in KINDS}
@@ -75,29 +141,23 @@ class Manifest:
         return cls(**{kind: dict(data[kind]) for kind in KINDS})
 
 
-def _shown(name: str) -> str:
-    try:
-        return Path(name).relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return name
-
-
 class Recorder:
     """Records what runs inside ``with recorder.recording():`` reads; recorders nest (a memoized
     call records its own inputs while the page's recorder sees them too)."""
 
-    def __init__(self, roots: list[Path], ignored: list[Path], code_files: set[str]) -> None:
+    def __init__(self, project: Path, roots: list[Path], ignored: list[Path], code_files: set[str]) -> None:
+        self.project = str(Path(project).resolve())
         self.roots = [str(r.resolve()) for r in roots]
         self.ignored = [str(p.resolve()) for p in ignored] + _installed_prefixes()
         self.code_files = set(code_files)  # e.g. the page, whose code is compiled under its path
-        self.modules: set[str] = set()  # module files added by hand (what a memoized hit reached)
-        self.files: set[str] = set()
-        self.dirs: set[str] = set()
-        self.env: set[str] = set()
+        self.seen = Manifest()
 
     @contextmanager
     def recording(self) -> Iterator[Recorder]:
         _install_hooks()
+        if not _active:  # modules imported before any recording: as they are now
+            for file in self._project_modules():
+                _first_seen("modules", file, self.project)
         _active.append(self)
         try:
             yield self
@@ -105,38 +165,44 @@ class Recorder:
             _active.remove(self)
 
     def manifest(self, modules: list[str] | None = None) -> Manifest:
-        """Hashes as of now. `modules`: module files to include (default: every project module
-        imported in this process)."""
-        if modules is None:
-            modules = [f for f in map(_module_file, list(sys.modules.values())) if f and self.watches(f)]
-        return Manifest(
-            modules={f: file_hash(f) for f in sorted(self.modules.union(modules))},
-            files={f: file_hash(f) for f in sorted(self.files)},
-            dirs={d: dir_hash(d) for d in sorted(self.dirs)},
-            env={name: env_hash(name) for name in sorted(self.env)},
-        )
+        """What was read, as first seen. `modules`: module files to include (default: every
+        project module imported in this process)."""
+        files = self._project_modules() if modules is None else modules
+        seen = Manifest(**{kind: dict(getattr(self.seen, kind)) for kind in KINDS})
+        for file in files:
+            seen.modules[portable(file, self.project)] = _first_seen("modules", file, self.project)
+        return Manifest.from_json(seen.to_json())
+
+    def note(self, kind: str, path: str) -> None:
+        if kind == "env" or self.watches(path):
+            getattr(self.seen, kind).setdefault(portable(path, self.project) if kind != "env" else path,
+                                                _first_seen(kind, path, self.project))
 
     def watches(self, path: str) -> bool:
-        """Is this absolute path part of the project (and not a cache, a venv or bytecode)?"""
+        """Is this absolute path part of the project (and not a cache, a venv, bytecode or an
+        editor's file)?"""
         inside = any(path == r or path.startswith(r + os.sep) for r in self.roots)
         ignored = any(path == p or path.startswith(p + os.sep) for p in self.ignored)
-        return inside and not ignored and "__pycache__" not in path and not path.endswith(".pyc")
+        return (inside and not ignored and not path.endswith(".pyc")
+                and not any(never_an_input(part) for part in Path(path).parts))
 
     def is_project_code(self, filename: str) -> bool:
         return filename in self.code_files or (os.path.isabs(filename) and self.watches(filename))
+
+    def _project_modules(self) -> list[str]:
+        return [f for f in map(_module_file, list(sys.modules.values())) if f and self.watches(f)]
 
 
 def note(manifest: Manifest) -> None:
     """Add inputs read elsewhere (a memoized call's, when its stored result is used) to every
     recorder now recording."""
     for recorder in _active:
-        for kind in KINDS:
-            getattr(recorder, kind).update(getattr(manifest, kind))
+        recorder.seen.update(manifest)
 
 
 def _module_file(module: object) -> str | None:
     file = getattr(module, "__file__", None)  # a few extension modules give a bare file name: skip them
-    return os.path.realpath(file) if isinstance(file, str) and os.path.isabs(file) and file.endswith(".py") else None
+    return os.path.abspath(file) if isinstance(file, str) and os.path.isabs(file) and file.endswith(".py") else None
 
 
 def _installed_prefixes() -> list[str]:
@@ -148,8 +214,17 @@ def _installed_prefixes() -> list[str]:
 
 _active: list[Recorder] = []
 _installed = False
+_seen: dict[tuple[str, str], str | None] = {}  # (kind, path): its fingerprint when first read here
+_busy = threading.local()  # inside a hook: what the hook itself opens and stats is not recorded
 # os.getenv, Mapping.get, ...: their frames are skipped to find who asked (frozen or not)
 _FROM_MAPPINGS = {os.__file__, sys.modules["_collections_abc"].__file__, "<frozen os>", "<frozen _collections_abc>"}
+
+
+def _first_seen(kind: str, path: str, root: str) -> str | None:
+    key = ("files" if kind == "modules" else kind, path)  # a module is first seen when it is opened
+    if key not in _seen:
+        _seen[key] = FINGERPRINT[kind](path, root)
+    return _seen[key]
 
 
 def _install_hooks() -> None:
@@ -162,23 +237,75 @@ def _install_hooks() -> None:
 
     def recording_getitem(self: os._Environ, key: str) -> str:
         if _active and self is os.environ:
-            _note_env_read(key)
+            with _quietly() as quiet:
+                if quiet:
+                    _note_env_read(key)
         return read(self, key)
 
     os._Environ.__getitem__ = recording_getitem  # type: ignore[method-assign]
+    os.stat = _probing(os.stat)  # exists, isfile, getsize, Path.stat ... (no audit event for these)
+    os.lstat = _probing(os.lstat)
+
+
+def _probing(real: Callable) -> Callable:
+    def probe(path: object, *args: object, **kwargs: object) -> os.stat_result:
+        try:
+            return real(path, *args, **kwargs)
+        finally:
+            if _active and isinstance(path, (str, bytes, os.PathLike)) and "dir_fd" not in kwargs:
+                with _quietly() as quiet:
+                    if quiet:
+                        _note("probes", path)
+
+    return probe
+
+
+@contextmanager
+def _quietly() -> Iterator[bool]:
+    """True unless a hook is already at work in this thread: what a hook itself opens, lists
+    and stats (fingerprinting an input) is not an input."""
+    if getattr(_busy, "on", False):
+        yield False
+        return
+    _busy.on = True
+    try:
+        yield True
+    finally:
+        _busy.on = False
 
 
 def _audit(event: str, args: tuple) -> None:
     if not _active:
         return
+    with _quietly() as quiet:
+        if quiet:
+            _record(event, args)
+
+
+def _record(event: str, args: tuple) -> None:
     if event == "open":
         path, mode, flags = args
-        if isinstance(path, (str, bytes)) and _is_read(mode, flags):
-            _note("files", os.path.realpath(os.fsdecode(path)))
+        if isinstance(path, (str, bytes, os.PathLike)) and _is_read(mode, flags):
+            _note("files", path)
     elif event in ("os.listdir", "os.scandir"):
         path = args[0] if args and args[0] is not None else "."
-        if isinstance(path, (str, bytes)):
-            _note("dirs", os.path.realpath(os.fsdecode(path)))
+        lister = sys._getframe(2)  # past _record and _audit: the code that listed it
+        if isinstance(path, (str, bytes, os.PathLike)) and not _by_the_import_system(lister):
+            _note("dirs", path)
+    elif event == "sqlite3.connect":
+        _note_database(args[0])
+    elif event == "subprocess.Popen":  # (executable, args, cwd, env)
+        _note_command(args[1], args[2])
+    elif event == "os.posix_spawn":  # (path, argv, env)
+        _note_command(args[1], None)
+    elif event == "os.system":  # (command,)
+        _note_command(args[0], None)
+
+
+def _by_the_import_system(frame: object) -> bool:
+    """A listing made to find modules or distributions, not read by the page."""
+    filename = getattr(getattr(frame, "f_code", None), "co_filename", "")
+    return filename.startswith("<frozen importlib") or f"{os.sep}importlib{os.sep}metadata" in filename
 
 
 def _is_read(mode: object, flags: object) -> bool:
@@ -187,10 +314,41 @@ def _is_read(mode: object, flags: object) -> bool:
     return isinstance(flags, int) and (flags & os.O_ACCMODE) != os.O_WRONLY
 
 
-def _note(kind: str, path: str) -> None:
+def _note_database(database: object) -> None:
+    """An existing sqlite file is read (one the page creates is its output)."""
+    if not isinstance(database, (str, bytes, os.PathLike)):
+        return
+    name = os.fsdecode(database)
+    if name.startswith("file:"):
+        name = unquote(urlsplit(name).path)
+    if name and name != ":memory:" and os.path.isfile(name):
+        _note("files", name)
+
+
+def _note_command(command: object, cwd: object) -> None:
+    """Files a subprocess is given by name on its command line (what it reads is not traced)."""
+    words = [command] if isinstance(command, (str, bytes, os.PathLike)) else list(command or ())
+    folder = os.fsdecode(cwd) if isinstance(cwd, (str, bytes, os.PathLike)) else os.getcwd()
+    for word in words:
+        if not isinstance(word, (str, bytes, os.PathLike)):
+            continue
+        text = os.fsdecode(word)
+        try:
+            parts = shlex.split(text)
+        except ValueError:
+            parts = [text]
+        for part in {text, *parts, *(p.split("=", 1)[1] for p in parts if "=" in p)}:
+            candidate = os.path.join(folder, part)
+            if part and os.path.isfile(candidate):
+                _note("files", candidate)
+            elif part and os.path.isdir(candidate):
+                _note("dirs", candidate)
+
+
+def _note(kind: str, path: str | bytes | os.PathLike) -> None:
+    where = os.path.abspath(os.fsdecode(path))
     for recorder in _active:
-        if recorder.watches(path):
-            getattr(recorder, kind).add(path)
+        recorder.note(kind, where)
 
 
 def _note_env_read(key: str) -> None:
@@ -201,4 +359,4 @@ def _note_env_read(key: str) -> None:
         return
     for recorder in _active:
         if recorder.is_project_code(frame.f_code.co_filename):
-            recorder.env.add(key)
+            recorder.note("env", key)

@@ -1,7 +1,8 @@
 """Memoize expensive experiment functions across builds, without ever returning a stale result.
 
-A call is looked up by the function (its code, not its line numbers) and its arguments
-(joblib.hash). The stored result is used only while everything the call reached is unchanged:
+A call is looked up by the function and what it carries (its code, not its line numbers; its
+defaults, closure cells, bound self, partial arguments: lessonlib.engine.fingerprint) and its
+arguments; a callable or an argument that cannot be fingerprinted is refused. The stored result is used only while everything the call reached is unchanged:
 recorded during the run that produced it, like a page's inputs (lessonlib.engine.inputs) —
 the project modules whose code ran (with the project modules they reference, which covers work
 sent to worker processes), the page's functions it called (by code), the page's globals those
@@ -35,7 +36,9 @@ import joblib
 import numpy as np
 
 from lessonlib.engine import SEED
-from lessonlib.engine.cache import environment_fingerprint, file_lock, touch, write_atomically
+from lessonlib.engine.cache import (cache_errors, environment_fingerprint, file_lock, temporary_beside, touch,
+                                    write_atomically)
+from lessonlib.engine.fingerprint import Unfingerprintable, callable_fingerprint, value_fingerprint
 from lessonlib.engine.inputs import Manifest, Recorder, note
 
 F = TypeVar("F", bound=Callable)
@@ -44,6 +47,7 @@ F = TypeVar("F", bound=Callable)
 @dataclass
 class MemoStore:
     root: Path  # .../memo
+    project: Path  # the project's root: manifests name paths relative to it
     roots: list[Path]  # the project's source roots, as for a page's inputs
     ignored: list[Path]  # e.g. the cache itself
     page_namespace: dict | None = None  # where the page's functions live
@@ -81,7 +85,7 @@ def _store_from_environment() -> MemoStore | None:
     if not cache:
         return None
     main, cache_dir = sys.modules.get("__main__"), Path(cache).resolve()
-    return MemoStore(cache_dir / "memo", [_package_root()], [cache_dir], getattr(main, "__dict__", None))
+    return MemoStore(cache_dir / "memo", _package_root(), [_package_root()], [cache_dir], getattr(main, "__dict__", None))
 
 
 def _package_root() -> Path:
@@ -107,10 +111,8 @@ def _seeded_and_restored() -> Iterator[None]:
 # --- the stored call ---------------------------------------------------------------------------
 
 def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
-    module = sys.modules.get(func.__module__)  # a page's own function: known by its name alone
-    name = f"{func.__module__}.{func.__qualname__}" if getattr(module, "__file__", None) else func.__qualname__
-    key = hashlib.sha256(json.dumps(
-        [name, code_hash(func.__code__), joblib.hash((args, kwargs)), store.environment]).encode()).hexdigest()
+    name = callable_name(func)
+    key = hashlib.sha256(json.dumps([name, *_fingerprints(name, func, args, kwargs), store.environment]).encode()).hexdigest()
     entry_path, result_path = store.root / f"{key}.json", store.root / f"{key}.pkl"
     stored = _MISSING if store.refresh else _stored_result(store, entry_path, result_path)
     if stored is not _MISSING:
@@ -118,7 +120,8 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
     if _locking.get():  # inside another memoized call: a second lock could deadlock with a page
         # that takes the two in the other order
         return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
-    lock = file_lock(store.root / f"{key}.lock", wait=False)
+    with cache_errors(store.root):
+        lock = file_lock(store.root / f"{key}.lock", wait=False)
     if lock is None:  # on the build's terminal, like a progress bar (sys.stderr is the page's output)
         print(f"{name}: waiting for another page that is computing the same call", file=sys.__stderr__, flush=True)
         lock = file_lock(store.root / f"{key}.lock")
@@ -133,6 +136,30 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
         lock.close()
 
 
+def callable_name(func: Callable) -> str:
+    """Module and qualified name; a page's own function by its name alone."""
+    if isinstance(func, functools.partial):
+        return f"partial({callable_name(func.func)})"
+    func = getattr(func, "__func__", func)  # a bound method: its function
+    qualname = getattr(func, "__qualname__", None) or type(func).__qualname__
+    module = getattr(func, "__module__", None) or ""
+    return f"{module}.{qualname}" if getattr(sys.modules.get(module), "__file__", None) else qualname
+
+
+def _fingerprints(name: str, func: Callable, args: tuple, kwargs: dict) -> tuple[str, str]:
+    """The callable's and the arguments' fingerprints; refused, in words, when either has none."""
+    try:
+        carried = callable_fingerprint(func)
+    except Unfingerprintable as e:
+        raise TypeError(f"lessonlib.memo cannot fingerprint {name}: {e}. Memoize a function whose "
+                        "bound self, defaults, closure and partial arguments can be pickled") from None
+    try:
+        return carried, value_fingerprint((args, kwargs))
+    except Unfingerprintable as e:
+        raise TypeError(f"lessonlib.memo cannot fingerprint the arguments of {name}: {e}. "
+                        "Pass values that can be pickled") from None
+
+
 def _stored_result(store: MemoStore, entry_path: Path, result_path: Path) -> Any:
     entry = _valid_entry(store, entry_path, result_path)
     if entry is None:
@@ -144,18 +171,22 @@ def _stored_result(store: MemoStore, entry_path: Path, result_path: Path) -> Any
 
 def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwargs: dict,
                    entry_path: Path, result_path: Path) -> Any:
-    recorder = Recorder(store.roots, store.ignored, code_files=set())
+    recorder = Recorder(store.project, store.roots, store.ignored, code_files=set())
     with recorder.recording(), _CodeTracer(recorder) as tracer:
         result = func(*args, **kwargs)
     manifest = recorder.manifest(modules=tracer.module_files())
     entry = {"function": name, "manifest": manifest.to_json(),
              "code": tracer.page_code(store), "globals": tracer.page_globals(store)}
-    store.root.mkdir(parents=True, exist_ok=True)
-    tmp = result_path.with_suffix(f".{os.getpid()}.tmp")
-    joblib.dump(result, tmp)
-    entry["result_sha256"] = hashlib.sha256(tmp.read_bytes()).hexdigest()
-    os.replace(tmp, result_path)
-    write_atomically(entry_path, json.dumps(entry))
+    tmp = temporary_beside(result_path)
+    try:
+        with cache_errors(store.root):  # a full disk is the cache's fault, not the lesson's line
+            store.root.mkdir(parents=True, exist_ok=True)
+            joblib.dump(result, tmp)
+            entry["result_sha256"] = hashlib.sha256(tmp.read_bytes()).hexdigest()
+            os.replace(tmp, result_path)
+            write_atomically(entry_path, json.dumps(entry))
+    finally:
+        tmp.unlink(missing_ok=True)
     return result
 
 
@@ -168,21 +199,12 @@ def _valid_entry(store: MemoStore, entry_path: Path, result_path: Path) -> dict 
     except (OSError, ValueError, KeyError, TypeError):
         return None
     namespace = store.page_namespace or {}
-    same_code = all(_page_code_hash(namespace, q) == h for q, h in entry["code"].items())
+    same_code = all(_page_function_hash(namespace, q) == h for q, h in entry["code"].items())
     same_globals = all(_value_hash(namespace.get(n, _MISSING)) == h for n, h in entry["globals"].items())
-    return entry if same_code and same_globals and manifest.changed() is None else None
+    return entry if same_code and same_globals and manifest.changed(store.project) is None else None
 
 
 # --- what a call reached -----------------------------------------------------------------------
-
-def code_hash(code: types.CodeType) -> str:
-    """A function's code without its file name or line numbers: moving it does not change it."""
-    h = hashlib.sha256(code.co_code)
-    h.update(repr((code.co_names, code.co_varnames, code.co_freevars)).encode())
-    for const in code.co_consts:
-        h.update(code_hash(const).encode() if isinstance(const, types.CodeType) else repr(const).encode())
-    return h.hexdigest()
-
 
 class _MissingType:
     pass
@@ -195,17 +217,22 @@ def _value_hash(value: object) -> str | None:
     if value is _MISSING:
         return None
     try:
-        return joblib.hash(value)
-    except Exception:  # an unpicklable value cannot be checked: never trust a stored result over it
+        return value_fingerprint(value)
+    except Unfingerprintable:  # cannot be checked: never trust a stored result over it
         return f"unhashable:{id(value)}"
 
 
-def _page_code_hash(namespace: dict, qualname: str) -> str | None:
+def _page_function_hash(namespace: dict, qualname: str) -> str | None:
+    """A page function (or method of a page class) by what it carries: code, defaults, closure."""
     target: object = namespace
     for part in qualname.split("."):
         target = target.get(part) if isinstance(target, dict) else getattr(target, part, None)
-    code = getattr(target, "__code__", None)
-    return code_hash(code) if code is not None else None
+    if not isinstance(target, types.FunctionType):
+        return None
+    try:
+        return callable_fingerprint(target)
+    except Unfingerprintable:
+        return f"unhashable:{id(target)}"
 
 
 class _CodeTracer:
@@ -239,7 +266,7 @@ class _CodeTracer:
         """Top-level page functions (and methods of page classes) called, by their code."""
         namespace = store.page_namespace or {}
         reached = {c.co_qualname for c in self.codes if self._is_page_code(c) and "<" not in c.co_qualname}
-        return {q: h for q in sorted(reached) if (h := _page_code_hash(namespace, q)) is not None}
+        return {q: h for q in sorted(reached) if (h := _page_function_hash(namespace, q)) is not None}
 
     def page_globals(self, store: MemoStore) -> dict[str, str | None]:
         """The page's global values (not functions, classes or modules) read by page code called."""
@@ -252,18 +279,18 @@ class _CodeTracer:
         """Project files whose code ran, and the project modules those reference (what their code
         can run elsewhere, e.g. in worker processes)."""
         files = {c.co_filename for c in self.codes if os.path.isabs(c.co_filename) and self.recorder.watches(c.co_filename)}
-        by_file = {os.path.realpath(m.__file__): m for m in list(sys.modules.values())
+        by_file = {os.path.abspath(m.__file__): m for m in list(sys.modules.values())
                    if isinstance(getattr(m, "__file__", None), str)}
         pending = list(files)
         while pending:
-            module = by_file.get(os.path.realpath(pending.pop()))
+            module = by_file.get(os.path.abspath(pending.pop()))
             for value in vars(module).values() if module else ():
                 source = sys.modules.get(getattr(value, "__module__", None) or getattr(value, "__name__", ""))
                 file = getattr(source, "__file__", None)
-                if isinstance(file, str) and self.recorder.watches(os.path.realpath(file)) and file not in files:
+                if isinstance(file, str) and self.recorder.watches(os.path.abspath(file)) and file not in files:
                     files.add(file)
                     pending.append(file)
-        return sorted(os.path.realpath(f) for f in files)
+        return sorted(os.path.abspath(f) for f in files)
 
 
 def _all_names(code: types.CodeType) -> set[str]:

@@ -18,7 +18,7 @@ from pathlib import Path
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import Block, ParsedPage
-from lessonlib.engine.cache import path_name, write_atomically
+from lessonlib.engine.cache import cache_errors, path_name, write_atomically
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
 
@@ -44,14 +44,19 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
     path = store / f"{path_name(page.path)}.ipynb"
     try:
-        stored, text = path.read_text(encoding="utf-8").split("\n", 1)  # first line: the version
-        if stored == version:
+        head, text = path.read_text(encoding="utf-8").split("\n", 1)  # first line: the version, the text's hash
+        if head == f"{version} {_digest(text)}":  # a cut-short or damaged text is made again
             return text
     except (OSError, ValueError):
         pass
     text = v4.writes(to_notebook(page, outputs))
-    write_atomically(path, f"{version}\n{text}")
+    with cache_errors(store):
+        write_atomically(path, f"{version} {_digest(text)}\n{text}")
     return text
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> NotebookNode:

@@ -7,6 +7,7 @@ cache: a page another build is running is waited for, then read from the cache.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -18,10 +19,11 @@ from typing import IO
 
 import lessonlib
 from lessonlib.device import cpus
-from lessonlib.engine import SEED
+from lessonlib.engine import SEED, options
 from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.cache import Entry, PageCache, environment_fingerprint, file_clock, page_key, prune
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.cache import (Entry, PageCache, cache_errors, environment_fingerprint, file_clock, page_key,
+                                    prune)
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
 from lessonlib.engine.pool import PageJob, Ran, Task, run_pages
@@ -44,21 +46,33 @@ class Settings:
     keep_going: bool = False  # run a page on past a failed assert, then fail it naming every failed assert
 
     def __post_init__(self) -> None:
+        """Raises SetupError, naming the option, for a value out of range."""
         # Pages run in their own folders: every path the engine hands to a worker is absolute.
         object.__setattr__(self, "root", Path(self.root).resolve())
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", Path(self.cache_dir).resolve())
+        checked = {
+            "timeout": options.positive("timeout", self.timeout, "seconds"),
+            "workers": options.whole_number("workers", self.workers),
+            "output_limit_kb": options.positive("output_limit_kb", self.output_limit_kb, "KB"),
+            "cache_limit_mb": options.at_least_zero("cache_limit_mb", self.cache_limit_mb, "MB"),
+        }
+        if self.memory_limit_mb is not None:
+            checked["memory_limit_mb"] = options.positive("memory_limit_mb", self.memory_limit_mb, "MB")
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
 
     def with_environment(self) -> Settings:
-        """Apply the LESSONLIB_EXECUTE, LESSONLIB_REFRESH, LESSONLIB_CACHE_DIR and LESSONLIB_WORKERS switches."""
-        cache_dir = os.environ.get("LESSONLIB_CACHE_DIR")
-        workers = os.environ.get("LESSONLIB_WORKERS")
+        """Apply the LESSONLIB_EXECUTE, LESSONLIB_REFRESH, LESSONLIB_CACHE_DIR and LESSONLIB_WORKERS
+        switches (a bad value is a SetupError naming the variable)."""
+        env = {name: os.environ.get(f"LESSONLIB_{name}", "") for name in ("CACHE_DIR", "WORKERS", "EXECUTE", "REFRESH")}
+        switches = {name: options.switch(f"LESSONLIB_{name}", env[name]) for name in ("EXECUTE", "REFRESH") if env[name]}
         return replace(
             self,
-            cache_dir=Path(cache_dir) if cache_dir else self.cache_dir,
-            execute=self.execute and os.environ.get("LESSONLIB_EXECUTE", "1") != "0",
-            refresh=self.refresh or os.environ.get("LESSONLIB_REFRESH", "0") == "1",
-            workers=int(workers) if workers else self.workers,
+            cache_dir=Path(env["CACHE_DIR"]) if env["CACHE_DIR"] else self.cache_dir,
+            execute=self.execute and switches.get("EXECUTE", True),
+            refresh=self.refresh or switches.get("REFRESH", False),
+            workers=options.whole_number("LESSONLIB_WORKERS", env["WORKERS"]) if env["WORKERS"] else self.workers,
         )
 
 
@@ -122,7 +136,11 @@ class _Run:
         self.environment = environment_fingerprint()
         self.torch = version("torch")  # for the stamp; read once: each read parses its metadata
         self.cache = PageCache(settings.cache_dir) if settings.cache_dir else None
-        self.started = file_clock(settings.cache_dir) if self.cache else 0.0  # what is used from now on stays
+        with self._cache_errors():  # a cache folder that cannot be used is said before anything runs
+            self.started = file_clock(settings.cache_dir) if self.cache else 0.0  # what is used from now on stays
+
+    def _cache_errors(self) -> contextlib.AbstractContextManager[None]:
+        return cache_errors(self.settings.cache_dir) if self.settings.cache_dir else contextlib.nullcontext()
 
     def execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
         with tempfile.TemporaryDirectory(prefix="lessonlib-stacks-") as stacks:
@@ -142,7 +160,8 @@ class _Run:
         misses.sort(key=self._longest_first)
         claimed, held_elsewhere = [], []
         for index, page in misses:
-            lock = self.cache.lock(keys[index], wait=False) if self.cache else None
+            with self._cache_errors():
+                lock = self.cache.lock(keys[index], wait=False) if self.cache else None
             if self.cache and lock is None:
                 held_elsewhere.append((index, page))
                 continue
@@ -163,12 +182,9 @@ class _Run:
                 if lock is not None:
                     lock.close()
         if self.cache and misses:  # only a page that ran can have stored something
-            self._prune()
-        ran = sum(1 for i, _ in misses if isinstance(results[i], PageResult) and not results[i].from_cache)
-        pages = f"{len(todo)} page{'s' if len(todo) != 1 else ''}"
-        workers = self._workers(len(misses))
-        self.report(f"{pages}: {ran} ran, {len(todo) - len(misses)} from cache, in "
-                    f"{time.perf_counter() - started:.1f} s" + (f" with {workers} workers" if workers > 1 else ""))
+            with self._cache_errors():
+                self._prune()
+        self.report(_summary([results[i] for i, _ in todo], time.perf_counter() - started, self._workers(len(misses))))
 
     def _lookup(self, page: ParsedPage, key: str) -> PageResult | None:
         """A result from the cache if every recorded input is unchanged."""
@@ -176,7 +192,7 @@ class _Run:
         entry = self.cache.load(key) if self.cache else None
         if entry is None:
             return None
-        changed = entry.manifest.changed()
+        changed = entry.manifest.changed(self.settings.root)
         if changed or self.settings.refresh:
             if changed:
                 self.report(f"{page.path}: runs again: {changed}")
@@ -201,26 +217,43 @@ class _Run:
         return (-(seconds if seconds is not None else float("inf")), -sum(len(b.code) for b in page.blocks))
 
     def _run(self, claimed: list[tuple[int, ParsedPage]], keys: dict, locks: dict[int, IO | None],
-             results: list, total: int) -> None:
+             results: list, total: int, again: bool = True) -> None:
+        """Run the pages; one whose input changed while it ran runs once more (`again`), and
+        is stored only from a run during which its inputs held still."""
         tasks = [Task(self._job(page), page, self.settings.timeout) for _, page in claimed]
         index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
         workers = self._workers(len(tasks))
-        for done, (task, outcome) in enumerate(run_pages(tasks, workers, self.settings.memory_limit_mb), start=1):
-            index = index_of[id(task)]
-            if isinstance(outcome, Ran):
-                if self.cache:
-                    self.cache.store(keys[index], Entry(outcome.outputs, outcome.manifest))
-                    self.cache.note_seconds(task.page.path, outcome.seconds)
-                result = self._result(task.page, keys[index], outcome.outputs, outcome.manifest)
-                result.blocks_run, result.seconds = len(task.page.blocks), outcome.seconds
-                results[index] = result
-                self.report(f"[{done}/{total}] {result.summary}")
-            else:
-                results[index] = outcome
-                self.report(f"[{done}/{total}] {task.page.path}: failed at line {outcome.line}")
-            lock = locks.pop(index, None)
-            if lock is not None:
-                lock.close()
+        rerun = []
+        with contextlib.closing(run_pages(tasks, workers, self.settings.memory_limit_mb)) as outcomes:
+            for done, (task, outcome) in enumerate(outcomes, start=1):
+                index = index_of[id(task)]
+                if isinstance(outcome, SetupError):
+                    raise outcome
+                changed = outcome.manifest.changed(self.settings.root) if isinstance(outcome, Ran) else None
+                if changed and again:
+                    self.report(f"[{done}/{total}] {task.page.path}: runs again: {changed} while it ran")
+                    rerun.append((index, task.page))
+                    continue
+                results[index] = self._outcome(task, outcome, keys[index], store=not changed)
+                self.report(f"[{done}/{total}] " + (results[index].summary if isinstance(outcome, Ran) else
+                                                    f"{task.page.path}: failed at line {outcome.line}")
+                            + (f" (not cached: {changed} while it ran)" if changed else ""))
+                lock = locks.pop(index, None)
+                if lock is not None:
+                    lock.close()
+        if rerun:
+            self._run(rerun, keys, locks, results, total=len(rerun), again=False)
+
+    def _outcome(self, task: Task, outcome: Ran | LessonError, key: str, store: bool) -> PageResult | LessonError:
+        if not isinstance(outcome, Ran):
+            return outcome
+        if self.cache and store:
+            with self._cache_errors():
+                self.cache.store(key, Entry(outcome.outputs, outcome.manifest))
+                self.cache.note_seconds(task.page.path, outcome.seconds)
+        result = self._result(task.page, key, outcome.outputs, outcome.manifest)
+        result.blocks_run, result.seconds = len(task.page.blocks), outcome.seconds
+        return result
 
     def _job(self, page: ParsedPage) -> PageJob:
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
@@ -240,6 +273,16 @@ class _Run:
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
         return PageResult(page, render(page, *outputs, footer=stamp(key, self.torch)), outputs, inputs, key=key)
+
+
+def _summary(results: list[PageResult | LessonError], seconds: float, workers: int) -> str:
+    """One line for the run: what it ran, what came from the cache (waited for or not), what failed."""
+    ran = sum(isinstance(r, PageResult) and not r.from_cache for r in results)
+    cached = sum(isinstance(r, PageResult) and r.from_cache for r in results)
+    failed = len(results) - ran - cached
+    pages = f"{len(results)} page{'s' if len(results) != 1 else ''}"
+    return (f"{pages}: {ran} ran, {cached} from cache" + (f", {failed} failed" if failed else "")
+            + f", in {seconds:.1f} s" + (f" with {workers} workers" if workers > 1 else ""))
 
 
 def stamp(key: str, torch: str) -> str:

@@ -1,27 +1,33 @@
 """The MkDocs door: a thin plugin over execute_pages.
 
-Every executable page runs in ``on_pre_build``, which MkDocs calls before it cleans site_dir:
-a failing page stops the build and the previous site stays as it was. The pages are then
-rendered from those results; what they render the same way every time (highlighted code,
-MathML, search entries) comes from an HtmlMemo. Under ``mkdocs serve``, what the pages read
-(helpers, data files, lessonlib's modules) is watched too, so editing any of it rebuilds.
+Every executable page runs in ``on_pre_build``. The pages are then rendered from those results;
+what they render the same way every time (highlighted code, MathML, search entries) comes from
+an HtmlMemo. MkDocs writes the site into a staging folder, swapped into site_dir only when the
+whole build succeeded, strict checks included (lessonlib.engine.publish): a failed or killed
+build leaves the previous site as it was, under ``mkdocs serve`` too. Helper modules and data
+files beside the pages are not published unless a page links them. Under ``mkdocs serve``,
+what the pages read (helpers, data files, lessonlib's modules) is watched too, so editing any
+of it rebuilds.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from mkdocs.config import base, load_config
 from mkdocs.config import config_options as c
 from mkdocs.exceptions import PluginError
-from mkdocs.plugins import BasePlugin, get_plugin_logger
+from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
 from mkdocs.structure.files import get_files
 
-from lessonlib.engine.cache import write_atomically
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.cache import cache_errors, write_atomically
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.html_memo import HtmlMemo, MemoHighlightExtension
 from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.notebook import notebook_text
 from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
+from lessonlib.engine.publish import Staging
+from lessonlib.engine.published import linked, unpublished
 from lessonlib.engine.render import figure_files
 from lessonlib.engine.search_memo import memoize_search
 
@@ -40,10 +46,23 @@ class LessonConfig(base.Config):
 
 
 class LessonPlugin(BasePlugin[LessonConfig]):
+    dirty = False  # mkdocs build --dirty: MkDocs writes into site_dir itself, over what is there
+    staging: Staging | None = None  # where this build writes the site
+    warnings: _Count | None = None
+
+    def on_startup(self, *, command, dirty):
+        self.dirty = dirty
+
+    @event_priority(100)  # first: the warning count covers every later event
     def on_config(self, config):
         self.root = Path(config.config_file_path).parent
-        self.settings = settings_from(self.config, self.root)
+        try:
+            self.settings = settings_from(self.config, self.root, Path(config.config_file_path).name)
+        except SetupError as e:
+            raise PluginError(str(e)) from None
         self.results: dict[str, PageResult] = {}
+        self.warnings = _Count()
+        logging.getLogger("mkdocs").addHandler(self.warnings)
         cache_dir = self.settings.cache_dir
         self.memo = HtmlMemo(cache_dir / "html.json" if cache_dir else None)
         extensions = config.markdown_extensions
@@ -54,17 +73,45 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             log.info("LESSONLIB_EXECUTE=0: showing code without running it")
         return config
 
+    @event_priority(-100)  # last: the notebooks are pages by now (mkdocs-jupyter)
+    def on_files(self, files, config):
+        docs = Path(config.docs_dir).resolve()
+        ours = [f for f in files if f.abs_src_path and docs in Path(f.abs_src_path).resolve().parents]  # not the theme's
+        links = {str(extra) for extra in [*config.extra_css, *config.extra_javascript, *config.extra_templates]}
+        for file in ours:
+            if file.src_uri.endswith(".md"):
+                links |= linked(file.src_uri, Path(file.abs_src_path).read_text(encoding="utf-8"))
+        hidden = set(unpublished([(f.src_uri, f.is_documentation_page()) for f in ours], links))
+        for file in [f for f in ours if f.src_uri in hidden]:
+            files.remove(file)
+        return files
+
     def on_pre_build(self, config):
         memoize_search(config.plugins.values(), self.memo)  # after every on_config: search makes its index there
         sources = []
         for file in get_files(config).documentation_pages():
             if file.src_uri.endswith(".md") and not file.inclusion.is_excluded():
                 sources.append((Path(file.abs_src_path).read_text(encoding="utf-8"), self._rel(file.abs_src_path)))
-        results = execute_pages(sources, self.settings, report=log.info)
+        try:
+            results = execute_pages(sources, self.settings, report=log.info)
+        except SetupError as e:
+            raise PluginError(str(e)) from None
         errors = [r for r in results if isinstance(r, LessonError)]
         if errors:
             raise PluginError("\n\n".join(map(str, errors)))
         self.results = {r.page.path: r for r in results}
+        self._stage(config)
+
+    def _stage(self, config) -> None:
+        """From here on MkDocs writes the site into a staging folder (it cleans that one)."""
+        self.site_dir, self.staging = config.site_dir, None
+        if self.dirty:
+            return
+        try:
+            self.staging = Staging(Path(config.site_dir))
+        except SetupError as e:
+            raise PluginError(str(e)) from None
+        config.site_dir = str(self.staging.path)
 
     def on_page_markdown(self, markdown, page, config, files):
         if not page.file.src_uri.endswith(".md"):  # a notebook page (mkdocs-jupyter renders it)
@@ -77,7 +124,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         if result is None or "".join(result.page.lines) != text:  # edited since on_pre_build (serve)
             try:
                 result = execute_page(text, path, self.settings)
-            except LessonError as e:
+            except (LessonError, SetupError) as e:
                 raise PluginError(str(e)) from None
         rendered = result.markdown.split("\n", offset)[-1] if offset else result.markdown
         if result.outputs is None:
@@ -87,7 +134,11 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             write_atomically(folder / name, svg)
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
         store = self.settings.cache_dir / "notebooks" if self.settings.cache_dir else None
-        write_atomically(folder / notebook, notebook_text(result.page, result.outputs, result.key, store))
+        try:
+            text = notebook_text(result.page, result.outputs, result.key, store)
+        except SetupError as e:
+            raise PluginError(str(e)) from None
+        write_atomically(folder / notebook, text)
         link = f'<p class="lessonlib-download"><a href="{notebook}" download>Download this lesson as a Jupyter notebook</a></p>'
         return f"{rendered}\n{link}\n"
 
@@ -105,34 +156,73 @@ class LessonPlugin(BasePlugin[LessonConfig]):
     def on_serve(self, server, config, builder):
         global _server
         _server = server
-        self.on_post_build(config)
+        self._watch_inputs(config)
         return server
 
+    @event_priority(-100)  # last: after it, MkDocs only counts the warnings, as this does
     def on_post_build(self, config):
-        """Keep the memo; under serve, watch every input a page read outside docs/ (MkDocs
-        watches docs/ itself)."""
-        self.memo.save()
+        """Keep the memo; publish the site unless the strict check is about to fail the build;
+        under serve, watch every input a page read outside docs/."""
+        try:
+            with cache_errors(self.settings.cache_dir or self.root):
+                self.memo.save()
+        except SetupError as e:
+            raise PluginError(str(e)) from None
+        self._finish(config, publish=not (config.strict and self.warnings.count))
+        self._watch_inputs(config)
+
+    def on_build_error(self, error):
+        self._finish(None, publish=False)
+
+    def _finish(self, config, publish: bool) -> None:
+        if self.warnings is not None:
+            logging.getLogger("mkdocs").removeHandler(self.warnings)
+        if self.staging is None:
+            return
+        if publish:
+            self.staging.publish()
+            config.site_dir = self.site_dir  # what comes after (gh-deploy) finds the site there
+        else:
+            self.staging.discard()
+        self.staging = None
+
+    def _watch_inputs(self, config) -> None:
+        """MkDocs watches docs/ itself."""
         if _server is None:
             return
         docs = Path(config.docs_dir).resolve()
         for result in self.results.values():
-            for kind in ("modules", "files", "dirs") if result.inputs else ():
-                for name in getattr(result.inputs, kind):
-                    if docs not in Path(name).parents and Path(name).exists():
-                        _server.watch(name, recursive=False)
+            for name in result.inputs.paths(self.settings.root) if result.inputs else ():
+                if docs not in Path(name).parents and Path(name).exists():
+                    _server.watch(name, recursive=False)
 
     def _rel(self, path: str | Path) -> str:
         return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
 
 
-def settings_from(config: LessonConfig, root: Path) -> Settings:
-    return Settings(root=root, timeout=float(config.timeout), cache_dir=root / config.cache_dir,
-                    workers=config.workers, memory_limit_mb=config.memory_limit_mb,
-                    output_limit_kb=float(config.output_limit_kb),
-                    cache_limit_mb=float(config.cache_limit_mb)).with_environment()
+class _Count(logging.Handler):
+    """The warnings logged during a build, as MkDocs counts them for --strict."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.count = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.count += 1
+
+
+def settings_from(config: LessonConfig, root: Path, config_name: str = "mkdocs.yml") -> Settings:
+    """Raises SetupError, naming the option or the variable, for a bad value."""
+    try:
+        settings = Settings(root=root, timeout=config.timeout, cache_dir=root / config.cache_dir,
+                            workers=config.workers, memory_limit_mb=config.memory_limit_mb,
+                            output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb)
+    except SetupError as e:
+        raise SetupError(f"{config_name}, lessonlib option {e}") from None
+    return settings.with_environment()
 
 
 def load_settings(config_file: Path) -> Settings:
     """The build's settings, read from mkdocs.yml, for the CLI and the pytest collector."""
     config = load_config(str(config_file))
-    return settings_from(config.plugins["lessonlib"].config, config_file.parent)
+    return settings_from(config.plugins["lessonlib"].config, config_file.parent, config_file.name)

@@ -5,10 +5,14 @@ Workers are forked from a template process that has imported torch, NumPy and ma
 any other page. The build process itself never imports torch. It watches each worker: the block
 it is running, its time limit, its memory; whatever ends a worker early becomes a LessonError at
 the line that was running, in words — an exit status, a signal, a timeout, the memory limit.
-Lesson code cannot catch any of these: they are enforced from outside its process.
+Lesson code cannot catch any of these: they are enforced from outside its process, and end
+every process the page started. The template starts with a fixed hash seed, and ends with the
+build (lessonlib.engine.guard). What workers write to their own stdout and stderr (progress
+bars) comes through a pipe each and goes to the build's stderr.
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import re
@@ -22,16 +26,18 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from lessonlib.engine import worker
+from lessonlib.engine import lifetime, worker
 from lessonlib.engine.blocks import ParsedPage
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import PageOutputs
-from lessonlib.engine.worker import PageJob
+from lessonlib.engine.outputs import BlockOutput, PageOutputs
+from lessonlib.engine.worker import PAGE_ENVIRONMENT, PageJob
 
-# Imported once, in the process workers fork from: third-party only, so that no project code
-# in the template can be stale (mkdocs serve keeps it across rebuilds).
-TEMPLATE = ["numpy", "torch", "matplotlib", "matplotlib.pyplot", "joblib", "markdown_it", "doctest"]
+# Imported once, in the process workers fork from: the guard first, then third-party only
+# (the guard takes lessonlib's own modules out of each worker, so that no project code in the
+# template can be stale: mkdocs serve keeps it across rebuilds).
+TEMPLATE = ["lessonlib.engine.guard", "numpy", "torch", "matplotlib", "matplotlib.pyplot", "joblib", "markdown_it",
+            "doctest", "psutil"]
 POLL_SECONDS = 0.2  # how often memory and deadlines are checked
 GRACE_SECONDS = 1.0  # between asking a worker to stop and killing it
 
@@ -50,20 +56,25 @@ class Task:
     timeout: float  # seconds per block, unless the block says otherwise
 
 
+Outcome = Ran | LessonError | SetupError
+
+
 @dataclass
 class _Running:
     task: Task
     process: multiprocessing.process.BaseProcess
     conn: Connection
+    output: Connection  # the worker's stdout and stderr
     started: float
     line: int = 0  # Markdown line of what it is running now
     deadline: float = float("inf")
     limit: float = 0.0  # the running block's time limit, for the message
-    result: Ran | LessonError | None = None
-    messages: list = field(default_factory=list)
+    result: Outcome | None = None
+    outputs: list[BlockOutput] = field(default_factory=list)  # of the blocks that finished
+    gone: bool = False  # its end of the pipe closed: it has exited
 
 
-def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None) -> Iterator[tuple[Task, Ran | LessonError]]:
+def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
     """Run each task's page in its own process, at most `workers` at once, in the given order;
     yield each task with its result as it finishes."""
     context = _context()
@@ -73,8 +84,11 @@ def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None) ->
         while queue or running:
             while queue and len(running) < workers:
                 running.append(_start(context, queue.pop(0)))
-            wait([r.conn for r in running] + [r.process.sentinel for r in running], timeout=POLL_SECONDS)
+            ready = wait([r.conn for r in running if not r.gone] + [r.output for r in running if not r.output.closed],
+                         timeout=POLL_SECONDS)
             for r in list(running):
+                if r.output in ready:
+                    _relay(r)
                 outcome = _check(r, memory_limit_mb)
                 if outcome is not None:
                     running.remove(r)
@@ -97,14 +111,47 @@ def _context() -> multiprocessing.context.BaseContext:
 
 def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running:
     receive, send = context.Pipe(duplex=False)
+    output, output_end = context.Pipe(duplex=False)
     Path(task.job.stack_file).write_text("")
-    process = context.Process(target=worker.main, args=(send, task.job), name=f"lessonlib {task.job.path}")
-    with _no_main_module():
+    process = context.Process(target=worker.main, args=(send, output_end, task.job), name=f"lessonlib {task.job.path}")
+    with _no_main_module(), _template_environment():
         process.start()
     send.close()
-    r = _Running(task, process, receive, time.monotonic())
-    _enter(r, "start", None)
+    output_end.close()
+    os.set_blocking(output.fileno(), False)
+    r = _Running(task, process, receive, output, time.monotonic())
+    _enter(r, None, start=True)
     return r
+
+
+@contextmanager
+def _template_environment() -> Iterator[None]:
+    """What the template (started by the first page) inherits: the workers' hash seed, and
+    the build's pid, which the guard checks."""
+    variables = {**PAGE_ENVIRONMENT, lifetime.BUILD_PID: str(os.getpid())}
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
+
+
+def _relay(r: _Running) -> None:
+    """What the worker wrote to its stdout or stderr, to the build's stderr (fd 2: where a
+    progress bar belongs, whatever sys.stderr is now)."""
+    if r.output.closed:
+        return
+    try:
+        while data := os.read(r.output.fileno(), 1 << 16):
+            os.write(2, data)
+    except BlockingIOError:
+        return
+    r.output.close()  # end of file: no process of the page holds it any more
 
 
 @contextmanager
@@ -120,38 +167,32 @@ def _no_main_module() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
-def _enter(r: _Running, kind: str, index: int | None) -> None:
-    """The worker starts a new phase: set the line it is at and its deadline."""
+def _enter(r: _Running, index: int | None, start: bool = False) -> None:
+    """The worker starts a new phase (block `index`, or the inline values when None): set the
+    line it is at and its deadline."""
     page, now = r.task.page, time.monotonic()
-    if kind == "block":
+    if index is not None:
         block = page.blocks[index]
         r.line, r.limit = block.start + 1, block.timeout or r.task.timeout
     else:  # start-up, or the inline values after the last block
-        r.line = page.inlines[0].line if kind == "inline" and page.inlines else 1
+        r.line = page.inlines[0].line if not start and page.inlines else 1
         r.limit = r.task.timeout
     r.deadline = now + r.limit
 
 
-def _check(r: _Running, memory_limit_mb: float | None) -> Ran | LessonError | None:
+def _check(r: _Running, memory_limit_mb: float | None) -> Outcome | None:
     """Read what the worker said; decide whether it finished, died, ran out of time or memory."""
     try:
         while r.conn.poll():
-            message = r.conn.recv()
-            if message[0] in ("block", "inline"):
-                _enter(r, *message)
-            elif message[0] == "done":
-                _, (blocks, values), manifest = message
-                r.result = Ran((blocks, values), Manifest.from_json(manifest), time.monotonic() - r.started)
-            else:
-                _, path, line, text, detail = message
-                r.result = LessonError(path, line, text, detail)
+            _receive(r, r.conn.recv())
     except (EOFError, OSError):
-        pass  # the worker is gone; its exit status says how
+        r.gone = True  # the worker is gone; its exit status says how
     if r.result is not None:
         _end(r)
         return r.result
-    if not r.process.is_alive():
+    if r.gone or not _alive(r):
         r.process.join()
+        _end(r)
         return _died(r)
     if time.monotonic() > r.deadline:
         return _stopped(r, f"block timed out after {r.limit:g} s")
@@ -159,6 +200,25 @@ def _check(r: _Running, memory_limit_mb: float | None) -> Ran | LessonError | No
         return _stopped(r, f"used more than the page's memory limit of {memory_limit_mb:,.0f} MB "
                            "(memory_limit_mb in mkdocs.yml)")
     return None
+
+
+def _receive(r: _Running, message: object) -> None:
+    if isinstance(message, worker.Started):
+        _enter(r, message.index)
+    elif isinstance(message, worker.BlockDone):
+        r.outputs.append(message.output)
+    elif isinstance(message, worker.Finished):
+        outputs = (r.outputs, message.values)
+        r.result = Ran(outputs, Manifest.from_json(message.manifest), time.monotonic() - r.started)
+    elif isinstance(message, worker.Failed):
+        r.result = LessonError(message.path, message.line, message.message, message.detail, r.outputs)
+    elif isinstance(message, worker.SetupFailed):
+        r.result = SetupError(message.message)
+
+
+def _alive(r: _Running) -> bool:
+    """Its exit is reported by the forkserver; if a page ended that, the worker may live on."""
+    return r.process.is_alive() or lifetime.is_running(r.process.pid)
 
 
 def _died(r: _Running) -> LessonError:
@@ -176,7 +236,8 @@ def _died(r: _Running) -> LessonError:
 
 def _stopped(r: _Running, message: str) -> LessonError:
     """Ask for the page's stack (to name the line), then end the worker and its children."""
-    _signal(r.process.pid, worker.DUMP_STACK, group=False)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(r.process.pid, worker.DUMP_STACK)
     stack = Path(r.task.job.stack_file)
     for _ in range(25):  # faulthandler writes from its signal handler, even inside a C call
         if stack.stat().st_size:
@@ -187,23 +248,16 @@ def _stopped(r: _Running, message: str) -> LessonError:
 
 
 def _end(r: _Running) -> None:
-    if r.process.is_alive():
-        _signal(r.process.pid, signal.SIGTERM)
+    """End the worker and every process under it (a finished one is given a moment to exit)."""
+    if r.result is not None:
         r.process.join(GRACE_SECONDS)
-    _signal(r.process.pid, signal.SIGKILL)  # the page's own child processes too
+    lifetime.end_processes(r.process.pid, include_root=True)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(r.process.pid, signal.SIGKILL)  # what a worker that crashed left: its group
     r.process.join()
+    _relay(r)
+    r.output.close()
     r.conn.close()
-
-
-def _signal(pid: int, sig: int, group: bool = True) -> None:
-    try:
-        if group:
-            os.killpg(pid, sig)  # the worker leads its own process group
-        else:
-            os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        if group:
-            _signal(pid, sig, group=False)  # not yet a group leader: it only just started
 
 
 _FRAME = re.compile(r'File "(.*)", line (\d+)')
@@ -219,10 +273,11 @@ def _located(r: _Running, message: str) -> LessonError:
     frames = [(m.group(1), int(m.group(2)), m.group(0)) for m in _FRAME.finditer(stack)]
     in_page = [i for i, (file, _, _) in enumerate(frames) if file == path]
     if not in_page:
-        return LessonError(path, r.line, message)
+        return LessonError(path, r.line, message, outputs_before=r.outputs)
     # faulthandler lists the most recent call first: keep the page's frames and what they called
     kept = [row.strip() for row in stack.splitlines() if row.strip().startswith("File")][: in_page[-1] + 1]
-    return LessonError(path, frames[in_page[0]][1], message, "Stack (most recent call first):\n  " + "\n  ".join(kept))
+    return LessonError(path, frames[in_page[0]][1], message, "Stack (most recent call first):\n  " + "\n  ".join(kept),
+                       r.outputs)
 
 
 def _memory_mb(pid: int) -> float:
@@ -236,6 +291,6 @@ def _memory_mb(pid: int) -> float:
 
     try:
         process = psutil.Process(pid)
-        return sum(rss(p) for p in [process, *process.children(recursive=True)]) / 2**20
     except psutil.Error:
         return 0.0
+    return sum(rss(p) for p in [process, *lifetime.running_descendants(pid)]) / 2**20

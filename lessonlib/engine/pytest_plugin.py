@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.numerals import hand_typed_numerals
 from lessonlib.engine.page import execute_page
 from lessonlib.engine.plugin import load_settings
@@ -60,7 +60,7 @@ class LessonItem(pytest.Item):
         execute_page(self.path.read_text(encoding="utf-8"), rel, settings)
 
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, LessonError):
+        if isinstance(excinfo.value, (LessonError, SetupError)):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 

@@ -11,6 +11,8 @@ import doctest
 import io
 import linecache
 import random
+import re
+import sys
 import traceback
 
 import numpy as np
@@ -19,7 +21,7 @@ import torch
 from lessonlib.device import flush_subnormals
 from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.outputs import BlockOutput, Figure
 
 SEED = 0
@@ -76,13 +78,13 @@ class Session:
                     self._run_pycon(block)
                 else:
                     self._run_exec(block)
-            except LessonError:
+            except (LessonError, SetupError):  # located already, or nobody's page's fault
                 raise
             except SystemExit as e:
                 # exit() would end the page's process as if it had finished: a failure, said so.
                 raise self._located(e, f"the block called exit({e.code!r}): a page must run to its end", block) from None
             except Exception as e:
-                raise self._located(e, f"{type(e).__name__}: {e}", block) from None
+                raise self._located(e, f"{type(e).__name__}: {e}{_suggestion(e)}", block) from None
         svgs, tables = svg.take_figures(), svg.take_tables()
         result = BlockOutput(output.getvalue(), [], tables)
         if block.check and (result.text or svgs):
@@ -134,8 +136,9 @@ class Session:
         try:
             code = compile(_soft_asserts(source, self.path) if self.keep_going else source, self.path, "exec",
                            dont_inherit=True)
-        except SyntaxError as e:
-            raise LessonError(self.path, e.lineno or block.first_line, f"SyntaxError: {e.msg}") from None
+        except SyntaxError as e:  # with the source line and the caret under the fault
+            detail = "".join(traceback.format_exception_only(type(e), e))
+            raise LessonError(self.path, e.lineno or block.first_line, f"{type(e).__name__}: {e.msg}", detail) from None
         exec(code, self.namespace)
 
     def _note_failure(self, line: int, message: object) -> None:
@@ -174,6 +177,18 @@ class Session:
         if self.failed_asserts:  # keep_going: what failed before this stopped the page
             detail = "".join(f"{self.path}:{at}: earlier, {text}\n" for at, text in self.failed_asserts) + detail
         return LessonError(self.path, line, message, detail)
+
+
+def _suggestion(error: BaseException) -> str:
+    """Python's "Did you mean: ...?" for a misspelt name or attribute, which it adds only when
+    it prints a traceback (in C, before Python 3.12): as its own exception hook prints it."""
+    if not isinstance(error, (NameError, AttributeError)):
+        return ""
+    printed = io.StringIO()
+    with contextlib.redirect_stderr(printed):
+        sys.__excepthook__(type(error), error, error.__traceback__)
+    hint = re.search(r"\. Did you mean: .*\?$", printed.getvalue().rstrip("\n"))
+    return hint.group(0) if hint else ""
 
 
 _NOTE_FAILURE = "__lessonlib_assert_failed__"  # what a soft assert calls

@@ -1,10 +1,14 @@
 """The worker side: one page, run in a fresh process forked from a template that has torch,
 NumPy and matplotlib imported (lessonlib.engine.pool starts it).
 
-It tells the build which block it is starting, so that whatever ends the process (an exit,
-a crash, a kill for time or memory) is located at that block; it records what the page read;
-and it sends back the outputs and the manifest of inputs, or a located LessonError.
-This module imports no torch itself: the build process imports it to name the entry point.
+It tells the build which block it is starting and what each finished block printed, so that
+whatever ends the process (an exit, a crash, a kill for time or memory) is located at that
+block and the blocks before still show; it records what the page read; and it sends back the
+inline values and the manifest of inputs, or a located failure. Every process the page started
+ends with the page: one still running when it ends fails it. The page's stdin is empty, and
+its stdout and stderr (outside what blocks capture) are a pipe the build reads: no process of
+a page holds the build's own. This module imports no torch: the build imports it for the
+entry point and the messages.
 """
 from __future__ import annotations
 
@@ -14,16 +18,19 @@ import os
 import signal
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from lessonlib.device import limit_cpus
-from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine import SEED, lifetime
+from lessonlib.engine.blocks import ParsedPage, parse_page
+from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Recorder
+from lessonlib.engine.outputs import BlockOutput
 
 DUMP_STACK = signal.SIGUSR1  # the build asks for the page's stack before ending it for time or memory
+PAGE_ENVIRONMENT = {"PYTHONHASHSEED": str(SEED)}  # sets and dicts of strings in one order, every build
 
 
 @dataclass(frozen=True)
@@ -48,32 +55,79 @@ class PageJob:
         return Path(self.root, self.path).parent
 
 
-def main(conn: Connection, job: PageJob) -> None:
-    """The worker's entry point: messages ("block", i), ("inline", None), then ("done", ...) or
-    ("error", path, line, message, detail)."""
-    os.setpgrp()  # the build can end this page and every process it started, together
+# --- what a worker tells the build, in order ----------------------------------------------------
+
+@dataclass(frozen=True)
+class Started:
+    index: int | None  # the block's index; None: the inline values, after the last block
+
+
+@dataclass(frozen=True)
+class BlockDone:
+    output: BlockOutput
+
+
+@dataclass(frozen=True)
+class Finished:
+    values: dict[str, str]  # inline values by source
+    manifest: dict  # Manifest.to_json()
+
+
+@dataclass(frozen=True)
+class Failed:
+    path: str
+    line: int
+    message: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class SetupFailed:
+    message: str  # a SetupError's (the cache folder is full ...): not the page's fault
+
+
+def main(conn: Connection, output: Connection, job: PageJob) -> None:
+    """The worker's entry point."""
+    os.setpgrp()  # Ctrl-C in the build's terminal reaches the build, which ends its pages itself
+    lifetime.become_subreaper()  # every process the page starts stays under this one
+    _stdio(output)
     stack = open(job.stack_file, "w")  # noqa: SIM115 (kept open for faulthandler until the end)
     faulthandler.enable(file=stack)
     faulthandler.register(DUMP_STACK, file=stack, all_threads=False)
     os.chdir(job.folder)  # a page reads its data files and imports its helpers from its own folder
     sys.path.insert(0, str(job.folder))
     os.environ.clear()
-    os.environ.update(dict(job.variables))
+    os.environ.update({**dict(job.variables), **PAGE_ENVIRONMENT})
     limit_cpus(job.cores)
+    page = parse_page(job.text, job.path)
+    children = _Children(page)
+    message: object
     try:
-        message = ("done", *_run(conn, job))
+        message = _run(conn, job, page, children)
     except LessonError as e:
-        message = ("error", e.path, e.line, e.message, e.detail)
+        message = Failed(e.path, e.line, e.message, e.detail)
+    except SetupError as e:
+        message = SetupFailed(str(e))
     except BaseException:
-        message = ("error", job.path, 1, "the engine failed while running this page", traceback.format_exc())
+        message = Failed(job.path, 1, "the engine failed while running this page", traceback.format_exc())
     try:
-        _clean_up_like_an_exit()
-    finally:
-        conn.send(message)
-        conn.close()
+        message = _end_like_an_exit(children, message)
+    except BaseException:
+        message = Failed(job.path, 1, "the engine failed while ending the page's processes", traceback.format_exc())
+    conn.send(message)
+    conn.close()
 
 
-def _run(conn: Connection, job: PageJob) -> tuple:
+def _stdio(output: Connection) -> None:
+    """stdin empty, stdout and stderr the build's pipe (what blocks print is captured apart)."""
+    with open(os.devnull, "rb") as empty:
+        os.dup2(empty.fileno(), 0)
+    for fd in (1, 2):
+        os.dup2(output.fileno(), fd)
+    output.close()
+
+
+def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) -> Finished:
     import matplotlib
 
     matplotlib.use("Agg")  # no display at build time
@@ -81,28 +135,63 @@ def _run(conn: Connection, job: PageJob) -> tuple:
     from lessonlib.engine.memo import MemoStore, memo_store
     from lessonlib.engine.session import Session
 
-    page = parse_page(job.text, job.path)
     cache = [Path(job.cache_dir)] if job.cache_dir else []
-    recorder = Recorder([Path(r) for r in job.source_roots], cache, code_files={job.path})
+    roots = [Path(r) for r in job.source_roots]
+    recorder = Recorder(Path(job.root), roots, cache, code_files={job.path})
     with recorder.recording():
         session = Session(page, job.output_limit, job.keep_going)
-        store = MemoStore(Path(job.cache_dir, "memo"), [Path(r) for r in job.source_roots], cache,
-                          session.namespace, job.refresh, job.environment) if job.cache_dir else None
+        store = MemoStore(Path(job.cache_dir, "memo"), Path(job.root), roots, cache, session.namespace,
+                          job.refresh, job.environment) if job.cache_dir else None
         with memo_store(store):
-            outputs = []
             for index, block in enumerate(page.blocks):
-                conn.send(("block", index))
-                outputs.append(session.run(block))
-            conn.send(("inline", None))
+                conn.send(Started(index))
+                output = session.run(block)
+                children.seen_after(index)
+                conn.send(BlockDone(output))
+            conn.send(Started(None))
             values = {inline.source: session.value(inline) for inline in page.inlines}
             session.assert_all_held()
-    return (outputs, values), recorder.manifest().to_json()
+            children.seen_after(len(page.blocks))
+    return Finished(values, recorder.manifest().to_json())
 
 
-def _clean_up_like_an_exit() -> None:
+@dataclass
+class _Children:
+    """The page's processes, each with the block after which it was first seen running."""
+
+    page: ParsedPage
+    first_seen: dict[int, int] = field(default_factory=dict)
+
+    def seen_after(self, index: int) -> None:
+        for process in lifetime.running_descendants(os.getpid()):
+            self.first_seen.setdefault(process.pid, index)
+
+    def left_running(self, spare: frozenset[int]) -> Failed | None:
+        """A failure at the block that started the first process still running, if any."""
+        for process in lifetime.running_descendants(os.getpid()):
+            if process.pid in spare:
+                continue
+            index = self.first_seen.get(process.pid, len(self.page.blocks))
+            line = (self.page.blocks[index].start + 1 if index < len(self.page.blocks)
+                    else self.page.inlines[0].line if self.page.inlines else self.page.blocks[-1].start + 1)
+            return Failed(self.page.path, line, f"this block left process {process.pid} running "
+                          f"({_command(process)}): wait for it (Popen.wait, Process.join) or end it in the block")
+        return None
+
+
+def _command(process: object) -> str:
+    try:
+        return " ".join(process.cmdline())[:120] or process.name()  # type: ignore[attr-defined]
+    except Exception:  # it ended meanwhile, or cannot be read
+        return "a process"
+
+
+def _end_like_an_exit(children: _Children, message: object) -> object:
     """A worker ends with os._exit, which skips the exit handlers that let libraries clean up
     after themselves (joblib's shared-memory folders, its pool's semaphores): stop joblib's
-    process pool if the page started one, then run the handlers, as a normal exit would."""
+    process pool if the page started one, end every process the page left (a page that
+    otherwise finished fails for it), run the handlers, as a normal exit would, then stop the
+    resource trackers. Returns the message to send."""
     loky = sys.modules.get("joblib.externals.loky.reusable_executor")
     executor = getattr(loky, "_executor", None)
     if executor is not None:
@@ -110,4 +199,32 @@ def _clean_up_like_an_exit() -> None:
         # semaphore) to the resource tracker, which then warns of leaks. Not stopped, exiting
         # would wait on its idle workers.
         executor.shutdown(wait=True, kill_workers=False)
-    atexit._run_exitfuncs()
+    trackers = _helpers(_TRACKERS)
+    spare = frozenset(pid for pid, _ in trackers + _helpers((_FORKSERVER,)))
+    if isinstance(message, Finished):
+        message = children.left_running(spare) or message
+    lifetime.end_processes(os.getpid(), include_root=False, spare=spare)
+    atexit._run_exitfuncs()  # joblib's unregister what they made with the trackers
+    for _, tracker in trackers:
+        tracker._stop()  # its pipe closes: it cleans up what is still registered, then exits
+    lifetime.end_processes(os.getpid(), include_root=False)  # a forkserver the page started
+    return message
+
+
+# The processes multiprocessing and joblib start for themselves when a page uses them, which
+# last as long as the page's process: (module, its singleton, the attribute with the pid).
+_TRACKERS = (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
+             ("joblib.externals.loky.backend.resource_tracker", "_resource_tracker", "_pid"))
+_FORKSERVER = ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")
+
+
+def _helpers(which: tuple[tuple[str, str, str], ...]) -> list[tuple[int, object]]:
+    """Those of `which` the page started, still running, with their pids."""
+    mine = {p.pid for p in lifetime.running_descendants(os.getpid())}
+    found = []
+    for module, name, pid_attribute in which:
+        helper = getattr(sys.modules.get(module), name, None)
+        pid = getattr(helper, pid_attribute, None)
+        if pid in mine:
+            found.append((pid, helper))
+    return found

@@ -1,0 +1,39 @@
+"""Imported first in the forkserver (and only there: importing it installs it), the process the page workers are forked from (see
+lessonlib.engine.pool): it ends every process under it, workers and whatever their pages
+started, when the build ends in any way (SIGKILL included: the kernel tells it), or when it is
+sent SIGTERM or SIGHUP, then exits. It is their subreaper, so none escapes by a new session.
+
+In each worker forked from it, the signals are theirs again and lessonlib's modules leave
+sys.modules: a worker imports the project's code itself, fresh, so none is stale (mkdocs serve
+keeps the forkserver from build to build).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+from lessonlib.engine import lifetime
+
+_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _end_everything(signum: int, frame: object) -> None:
+    lifetime.end_processes(os.getpid(), include_root=False)
+    os._exit(128 + signum)
+
+
+def _in_a_worker() -> None:
+    for sig in _SIGNALS:
+        signal.signal(sig, signal.SIG_DFL)
+    for name in [n for n in sys.modules if n == "lessonlib" or n.startswith("lessonlib.")]:
+        del sys.modules[name]
+
+
+for _sig in _SIGNALS:
+    signal.signal(_sig, _end_everything)
+lifetime.become_subreaper()
+lifetime.signal_when_parent_dies(signal.SIGTERM)
+if os.environ.get(lifetime.BUILD_PID) not in (None, str(os.getppid())):  # the build died before that was set
+    _end_everything(signal.SIGTERM, None)
+os.register_at_fork(after_in_child=_in_a_worker)

@@ -1,0 +1,60 @@
+"""Helpers for the engine tests that build fixture sites: waiting on a condition, a folder's
+bytes, and a build whose cache folder is a tiny (full) or read-only file system."""
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+
+from test_engine_doors import environment
+
+
+def until(condition: Callable[[], object], what: str, bound_s: float = 600) -> None:
+    """Wait for `condition`; the bound only stops a test that would otherwise hang."""
+    deadline = time.monotonic() + bound_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def tree(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder`, by relative path, with its bytes."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def kill_quietly(pids: list[int]) -> None:
+    """Clean up after a test that failed with processes left (on code that leaves them)."""
+    for pid in pids:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
+
+
+def can_mount_tmpfs() -> bool:
+    """A user namespace may mount a tmpfs (a small one is a full disk; a read-only one is read-only)."""
+    return shutil.which("unshare") is not None and subprocess.run(
+        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs tmpfs "$(mktemp -d)"'], capture_output=True).returncode == 0
+
+
+def with_cache_on_tmpfs(args: list[str], cwd: Path, cache: Path, options: str) -> subprocess.CompletedProcess:
+    """Run `args` with `cache` a fresh tmpfs mounted with `options` (e.g. "size=16k", "ro"); then
+    list what is left in it (stdout after a line "LEFT IN CACHE:")."""
+    cache.mkdir(parents=True, exist_ok=True)
+    script = (f"mount -t tmpfs -o {shlex.quote(options)} tmpfs {shlex.quote(str(cache))} && "
+              f"{shlex.join(args)}; status=$?; echo 'LEFT IN CACHE:'; find {shlex.quote(str(cache))} -type f; exit $status")
+    return subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=cwd, env=environment(),
+                          capture_output=True, text=True, timeout=600)

@@ -1,0 +1,112 @@
+"""No process outlives its build, and none a page started outlives its page: the forkserver and
+the workers end with the build on any signal, a page that leaves a process running fails for
+it at the block that started it, and nothing a page starts holds the build's stdout. Workers
+start from a fixed hash seed."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.page import Settings, execute_page, execute_pages
+
+from site_support import gone, kill_quietly, until
+from test_engine_doors import command, environment, make_site
+
+SPINNER = """\
+```python exec
+import json, os, subprocess
+sleeper = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+with open({pids!r}, "w") as f:
+    json.dump({{"worker": os.getpid(), "forkserver": os.getppid(), "sleeper": sleeper.pid}}, f)
+while True:
+    pass
+```
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
+def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
+    pids_file = tmp_path / "pids.json"
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "spin.md": SPINNER.format(pids=str(pids_file))})
+    build = subprocess.Popen([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        until(lambda: pids_file.exists() and pids_file.read_text(), "the page to start spinning")
+        pids = list(json.loads(pids_file.read_text()).values())
+        build.send_signal(sig)
+        build.wait()
+        until(lambda: all(map(gone, pids)), "the forkserver, the worker and its sleeper to end", bound_s=60)
+    finally:
+        kill_quietly(pids)
+
+
+def test_a_process_left_in_a_new_session_fails_the_page_and_holds_no_output_of_the_build(tmp_path):
+    pid_file = tmp_path / "sleeper"
+    page = (f"# Leaves one\n\n```python exec\nimport subprocess\np = subprocess.Popen(['sleep', '1000'], "
+            f"start_new_session=True)\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n```\n")
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "leaves.md": page})
+    try:
+        # capture_output: a process that held the build's stdout or stderr would hold this call
+        result = subprocess.run([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(),
+                                capture_output=True, text=True, timeout=120)
+        pid = int(pid_file.read_text())
+        assert result.returncode != 0
+        assert f"docs/leaves.md:3: this block left process {pid} running (sleep 1000)" in result.stderr, result.stderr
+        assert gone(pid)
+    finally:
+        kill_quietly([int(pid_file.read_text())] if pid_file.exists() else [])
+
+
+def test_a_multiprocessing_child_left_running_fails_its_block_at_once(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = textwrap.dedent("""\
+        ```python exec
+        x = 1
+        ```
+
+        ```python exec
+        import multiprocessing, time
+        child = multiprocessing.Process(target=time.sleep, args=(1000,))
+        child.start()
+        print(child.pid)
+        ```
+
+        ```python exec
+        y = 2
+        ```
+        """)
+    with pytest.raises(LessonError) as info:
+        execute_page(page, "docs/p.md", Settings(root=tmp_path, timeout=30))
+    left = re.match(r"docs/p.md:5: this block left process (\d+) running", str(info.value))
+    assert left, str(info.value)
+    assert left.group(1) + "\n" == info.value.outputs_before[1].text  # the child's pid, as the block printed it
+    assert gone(int(left.group(1)))
+
+
+def test_a_block_that_kills_the_forkserver_does_not_stop_its_page_or_the_next(tmp_path):
+    (tmp_path / "docs").mkdir()
+    killer = "```python exec\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n```\n\n```python exec\nprint('on')\n```\n"
+    after = "```python exec\nprint('next page')\n```\n"
+    a, b = execute_pages([(killer, "docs/a.md"), (after, "docs/b.md")], Settings(root=tmp_path, workers=1))
+    assert not isinstance(a, LessonError), str(a)
+    assert a.outputs[0][1].text == "on\n" and b.outputs[0][0].text == "next page\n"
+
+
+def test_sets_of_strings_print_the_same_on_every_build(tmp_path):
+    page = "```python exec\nprint(hash('lessonlib'), list({'apple', 'banana', 'cherry', 'date', 'elder', 'fig'}))\n```\n"
+    site = make_site(tmp_path, {"seed.md": page})
+    runs = [command([sys.executable, "-m", "lessonlib", "run", "docs/seed.md"], site, LESSONLIB_REFRESH="1")
+            for _ in range(2)]
+    printed = [r.stdout.split("\n", 2)[1] for r in runs]
+    expected = subprocess.run([sys.executable, "-c", page.split("\n")[1]], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONHASHSEED": "0"}).stdout.strip()
+    assert printed == [expected, expected], (printed, expected)

@@ -1,0 +1,166 @@
+"""A reader gets the previous site or the whole new one: whatever fails or stops a build after
+its pages ran (a strict warning, a page edited meanwhile, a kill), site/ stays byte for byte as
+it was; builds side by side both publish; only pages and the files they link are published."""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from site_support import tree, until
+from test_engine_doors import GOOD, build, command, environment, make_site
+
+STRICT_FAILURES = {
+    "a broken link": "\nSee [the missing page](missing.md).\n",
+    "raw TeX": "\nHalf is \\frac{1}{2} here.\n",
+}
+
+
+@pytest.mark.parametrize("failure", STRICT_FAILURES)
+def test_a_strict_warning_after_the_pages_ran_leaves_the_site_as_it_was(tmp_path, failure):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    assert build(site).returncode == 0
+    before = tree(site / "site")
+    (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from") + STRICT_FAILURES[failure])
+
+    result = build(site)
+    assert result.returncode != 0 and "in strict mode" in result.stdout, result.stderr
+    assert tree(site / "site") == before
+    assert not list(site.glob(".site.*")), "the failed build's staging folder is removed"
+
+
+# Page A, run before MkDocs renders anything, rewrites page B; MkDocs then finds B changed and
+# runs it again while it renders, after it would have cleaned site/.
+EDITOR = """\
+```python exec
+from pathlib import Path
+Path("b.md").write_text({new_b!r})
+```
+"""
+SLOW_B = """\
+```python exec
+import os, time
+open({flag!r}, "w").close()
+while True:
+    time.sleep(0.05)
+```
+"""
+
+
+def test_a_page_edited_during_the_build_that_fails_leaves_the_site_as_it_was(tmp_path):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "b.md": "```python exec\nx = 1\n```\n"})
+    assert build(site).returncode == 0
+    before = tree(site / "site")
+    (site / "docs/a.md").write_text(EDITOR.format(new_b="```python exec\nraise ValueError('edited')\n```\n"))
+
+    result = build(site)
+    assert result.returncode != 0 and "docs/b.md:2: ValueError: edited" in result.stderr, result.stderr
+    assert tree(site / "site") == before
+
+
+def test_a_build_killed_while_it_renders_leaves_the_site_as_it_was_and_the_next_cleans_up(tmp_path):
+    flag = tmp_path / "rendering"
+    site = make_site(tmp_path / "s", {"index.md": "# Home\n", "good.md": GOOD, "b.md": "```python exec\nx = 1\n```\n"})
+    assert build(site).returncode == 0
+    before = tree(site / "site")
+    (site / "docs/a.md").write_text(EDITOR.format(new_b=SLOW_B.format(flag=str(flag))))
+
+    victim = subprocess.Popen([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=site, env=environment(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    until(flag.exists, "page b to run while the site renders")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert tree(site / "site") == before
+    assert list(site.glob(".site.building-*")), "the killed build's staging folder is still there"
+
+    (site / "docs/a.md").unlink()
+    (site / "docs/b.md").write_text("```python exec\nx = 2\n```\n")
+    assert build(site).returncode == 0
+    assert not list(site.glob(".site.building-*")), "the next build removed it"
+    assert (site / "site/b/index.html").exists() and not (site / "site/a").exists()
+
+
+def test_the_old_sites_dot_files_stay_as_mkdocs_cleaning_keeps_them(tmp_path):
+    site = make_site(tmp_path, {"index.md": "# Home\n"})
+    (site / "site").mkdir()
+    (site / "site/.keep").write_text("mine")
+    (site / "site/stale.html").write_text("old")
+    assert build(site).returncode == 0
+    assert (site / "site/.keep").read_text() == "mine" and not (site / "site/stale.html").exists()
+
+
+def test_serve_keeps_the_previous_site_when_a_rebuild_fails_its_strict_check(tmp_path):
+    """mkdocs serve builds into a temporary folder (under TMPDIR) and serves it; a failed
+    rebuild must leave it as the last good build made it."""
+    site = make_site(tmp_path / "s", {"index.md": "# Home\n", "good.md": GOOD})
+    temp, log = tmp_path / "tmp", tmp_path / "serve.log"
+    temp.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with log.open("w") as err:
+        server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site,
+                                  env=environment(TMPDIR=str(temp)), stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        until(lambda: "Serving on" in log.read_text(), "the first build")
+        (served,) = temp.glob("mkdocs_*")
+        before = tree(served)
+        assert "hello from the good page" in before["good/index.html"].decode()
+        (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from") + STRICT_FAILURES["a broken link"])
+        until(lambda: "An error happened during the rebuild" in log.read_text(), "the failed rebuild")
+        assert tree(served) == before
+    finally:
+        server.terminate()
+        server.wait()
+
+
+def test_helper_modules_and_data_files_are_published_only_when_a_page_links_them(tmp_path):
+    page = GOOD + "\nDownload [the data](data/linked.csv).\n\n![A dot.](dot.png)\n"
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": page, "helper.py": "x = 1\n",
+                                "data/private.csv": "a\n", "data/linked.csv": "b\n", "dot.png": "png"})
+    result = build(site)
+    assert result.returncode == 0, result.stderr
+    published = set(tree(site / "site"))
+    assert {"data/linked.csv", "dot.png"} <= published
+    assert not {"helper.py", "data/private.csv"} & published
+
+
+def test_two_builds_of_one_checkout_at_once_both_publish_and_say_what_each_did(tmp_path):
+    """Build A runs the page, which holds until told; build B waits for A's result. Both write
+    the same site/."""
+    log, go = tmp_path / "runs.log", tmp_path / "go"
+    page = (f"```python exec\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write('ran\\n')\n"
+            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('slow page done')\n```\n")
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "slow.md": page, "good.md": GOOD})
+
+    def start(name: str) -> tuple[subprocess.Popen, Path]:
+        err = tmp_path / f"{name}.err"
+        with err.open("w") as handle:
+            return subprocess.Popen([sys.executable, "-m", "mkdocs", "build", "--strict"], cwd=site, env=environment(),
+                                    stdout=subprocess.DEVNULL, stderr=handle), err
+
+    assert command([sys.executable, "-m", "lessonlib", "run", "docs/good.md"], site).returncode == 0  # cached
+    a, a_err = start("a")
+    until(log.exists, "build A to run the page")
+    b, b_err = start("b")
+    until(lambda: "waiting for another build" in b_err.read_text(), "build B to wait for it")
+    go.write_text("")
+    assert [a.wait(timeout=300), b.wait(timeout=300)] == [0, 0], (a_err.read_text(), b_err.read_text())
+    assert "2 pages: 1 ran, 1 from cache, in" in a_err.read_text()
+    assert "2 pages: 0 ran, 2 from cache, in" in b_err.read_text()
+    assert "slow page done" in (site / "site/slow/index.html").read_text()
+    assert not list(site.glob(".site.building-*"))
+
+
+def test_a_damaged_notebook_in_the_store_is_made_again_not_published(tmp_path):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    assert build(site).returncode == 0
+    (stored,) = (site / ".cache/notebooks").glob("*.ipynb")
+    stored.write_text(stored.read_text()[:235])
+    assert build(site).returncode == 0
+    nbformat.validate(nbformat.read(site / "site/good/good.ipynb", as_version=4))

@@ -1,0 +1,179 @@
+"""One clear line, never a traceback, for every bad value: an environment variable, an option in
+mkdocs.yml, a block's timeout, a cache folder that is a file, read-only or on a full disk (the
+cache's fault, not a lesson's). And the author's view: errors keep what Python says (the caret,
+"Did you mean"), `lessonlib run` shows the blocks before a failure; documented calls work."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lessonlib.engine.cache import prune
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.page import Settings, execute_page
+
+from site_support import can_mount_tmpfs, tree, with_cache_on_tmpfs
+from test_engine_doors import GOOD, MKDOCS_YML, build, command, lessonlib_cli, make_site
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD = [sys.executable, "-m", "mkdocs", "build", "--strict"]
+
+
+def one_clear_line(output: str, *words: str) -> None:
+    assert "Traceback" not in output, output
+    assert any(all(w in line for w in words) for line in output.splitlines()), (words, output)
+
+
+ENVIRONMENT = {
+    "LESSONLIB_WORKERS=abc": ("LESSONLIB_WORKERS", "abc", "not a whole number"),
+    "LESSONLIB_WORKERS=2.5": ("LESSONLIB_WORKERS", "2.5", "not a whole number"),
+    "LESSONLIB_WORKERS=-1": ("LESSONLIB_WORKERS", "-1", "not a whole number"),
+    "LESSONLIB_REFRESH=yes": ("LESSONLIB_REFRESH", "yes", "must be 0 or 1"),
+    "LESSONLIB_EXECUTE=no": ("LESSONLIB_EXECUTE", "no", "must be 0 or 1"),
+}
+
+
+@pytest.mark.parametrize("case", ENVIRONMENT)
+def test_a_bad_environment_value_is_one_line_naming_it(tmp_path, case):
+    name, value, words = ENVIRONMENT[case]
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    for args in (BUILD, [sys.executable, "-m", "lessonlib", "run", "docs/good.md"]):
+        result = command(args, site, **{name: value})
+        assert result.returncode != 0
+        one_clear_line(result.stderr, f"{name}: '{value}'", words)
+
+
+OPTIONS = {
+    "workers: -3": ("workers", "-3", "whole number of 0 or more"),
+    "cache_limit_mb: -5": ("cache_limit_mb", "-5", "0 or more"),
+    "timeout: .nan": ("timeout", "nan", "positive, finite number of seconds"),
+    "timeout: 0": ("timeout", "0", "positive, finite number of seconds"),
+    "output_limit_kb: 0": ("output_limit_kb", "0", "positive, finite number of KB"),
+    "memory_limit_mb: -1": ("memory_limit_mb", "-1", "positive, finite number of MB"),
+}
+
+
+@pytest.mark.parametrize("option", OPTIONS)
+def test_a_bad_option_is_one_line_naming_it_and_changes_nothing(tmp_path, option):
+    name, value, words = OPTIONS[option]
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    assert build(site).returncode == 0
+    before = {"site": tree(site / "site"), "cache": tree(site / ".cache")}
+    (site / "mkdocs.yml").write_text(MKDOCS_YML.replace("      timeout: 60\n", f"      {option}\n"))
+    for result in (build(site), lessonlib_cli(site, "run", "docs/good.md")):
+        assert result.returncode != 0
+        one_clear_line(result.stderr, f"mkdocs.yml, lessonlib option {name}: ", value, words)
+    assert {"site": tree(site / "site"), "cache": tree(site / ".cache")} == before
+
+
+FENCES = {
+    "timeout=nan": "timeout: 'nan' must be a positive, finite number of seconds",
+    "timeout=inf": "timeout: 'inf' must be a positive, finite number of seconds",
+    "timeout=0": "timeout: '0' must be a positive, finite number of seconds",
+    "timeout=-1": "timeout: '-1' must be a positive, finite number of seconds",
+    "timeout=1 timeout=100": "timeout= is given twice on this fence: keep one",
+}
+
+
+@pytest.mark.parametrize("options", FENCES)
+def test_a_bad_timeout_on_a_fence_fails_at_the_fence(tmp_path, options):
+    (tmp_path / "docs").mkdir()
+    with pytest.raises(LessonError) as info:
+        execute_page(f"Text.\n\n```python exec {options}\nx = 1\n```\n", "docs/p.md", Settings(root=tmp_path))
+    assert str(info.value) == f"docs/p.md:3: {FENCES[options]}"
+
+
+def test_a_cache_folder_that_is_a_file_is_one_line(tmp_path):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    (site / ".cache").write_text("not a folder")
+    for result in (build(site), lessonlib_cli(site, "run", "docs/good.md")):
+        assert result.returncode != 0
+        one_clear_line(result.stderr, f"the cache folder {site / '.cache'} cannot be made", "is a file")
+
+
+needs_tmpfs = pytest.mark.skipif(not can_mount_tmpfs(), reason="no user namespace here to mount a small tmpfs in")
+BIG_MEMO = GOOD + "\n```python exec\nimport lessonlib\nbig = lessonlib.memo(lambda n: b'x' * n)(2**20)\n```\n"
+
+
+@needs_tmpfs
+@pytest.mark.parametrize("cache", ["full", "read-only"])
+def test_a_full_or_read_only_cache_is_one_line_and_the_site_stays_as_it_was(tmp_path, cache):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    assert build(site).returncode == 0
+    before = tree(site / "site")
+    (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from"))
+    options, words = {"full": ("size=16k", "is on a full disk"), "read-only": ("ro", "cannot be written")}[cache]
+
+    result = with_cache_on_tmpfs(BUILD, site, site / ".cache", options)
+    assert result.returncode != 0
+    one_clear_line(result.stderr, f"the cache folder {site / '.cache'}", words, "LESSONLIB_CACHE_DIR")
+    assert tree(site / "site") == before
+    assert ".tmp" not in result.stdout.split("LEFT IN CACHE:")[1], result.stdout
+
+
+@needs_tmpfs
+def test_a_memoized_result_that_fills_the_disk_is_the_caches_fault_and_leaves_nothing_half_written(tmp_path):
+    site = make_site(tmp_path, {"big.md": BIG_MEMO})
+    result = with_cache_on_tmpfs([sys.executable, "-m", "lessonlib", "run", "docs/big.md"], site, site / ".cache",
+                                 "size=256k")
+    assert result.returncode == 2
+    one_clear_line(result.stderr, "lessonlib: the cache folder", "memo is on a full disk")
+    assert "docs/big.md:" not in result.stderr, "not blamed on the lesson's line"
+    assert ".tmp" not in result.stdout.split("LEFT IN CACHE:")[1], result.stdout
+
+
+def test_prune_removes_what_a_killed_write_left_and_nothing_a_live_one_is_writing(tmp_path):
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    (tmp_path / "memo").mkdir()
+    abandoned = tmp_path / f"memo/.key.pkl.{ended.pid}.0123456789ab.tmp"
+    in_progress = tmp_path / f"memo/.other.pkl.{os.getpid()}.0123456789ab.tmp"
+    for tmp in (abandoned, in_progress):
+        tmp.write_bytes(b"x" * 1000)
+        os.utime(tmp, (100, 100))
+    prune(tmp_path, limit_mb=1024, since=1000)
+    assert not abandoned.exists() and in_progress.exists()
+
+
+# --- the author's view -------------------------------------------------------------------------
+
+def test_a_syntax_error_shows_its_line_and_caret(tmp_path):
+    (tmp_path / "docs").mkdir()
+    with pytest.raises(LessonError) as info:
+        execute_page("```python exec\nx = 1\ny = (x +\n```\n", "docs/p.md", Settings(root=tmp_path))
+    assert info.value.line == 3 and info.value.message.startswith("SyntaxError: ")
+    assert re.search(r"\n    y = \(x \+\n\s+\^", info.value.detail), info.value.detail
+
+
+def test_a_misspelt_name_keeps_pythons_suggestion(tmp_path):
+    (tmp_path / "docs").mkdir()
+    with pytest.raises(LessonError) as info:
+        execute_page("```python exec\nvalue = 1\nprint(valeu)\n```\n", "docs/p.md", Settings(root=tmp_path))
+    assert str(info.value).startswith("docs/p.md:3: NameError: name 'valeu' is not defined. Did you mean: 'value'?")
+
+
+def test_lessonlib_run_on_a_failing_page_prints_what_the_blocks_before_printed(tmp_path):
+    page = ("```python exec\nprint('first block')\n```\n\n```python exec\nprint('second block')\n```\n\n"
+            "```python exec\nprint('third, partly')\nraise RuntimeError('no')\n```\n")
+    site = make_site(tmp_path, {"fails.md": page})
+    result = lessonlib_cli(site, "run", "docs/fails.md")
+    assert result.returncode == 1
+    assert "--- docs/fails.md:1 (exec)\nfirst block\n--- docs/fails.md:5 (exec)\nsecond block\n" in result.stdout
+    assert "docs/fails.md:11: RuntimeError: no" in result.stderr
+
+
+def test_the_documented_device_calls_work():
+    import lessonlib
+
+    assert lessonlib.device().type == "cpu" and lessonlib.device.cpus() >= 1
+
+
+def test_the_readme_says_how_long_the_first_build_takes_how_to_add_a_dependency_and_what_a_download_needs():
+    readme = (ROOT / "README.md").read_text()
+    assert re.search(r"first build[^.]*\d+ minutes", readme, re.I)
+    assert "pyproject.toml" in readme and "constraints.txt" in readme and "dependency" in readme
+    assert re.search(r"notebook.{0,80}needs", readme, re.I | re.S)
