@@ -238,13 +238,25 @@ def _stopped(r: _Running, message: str) -> LessonError:
     """Ask for the page's stack (to name the line), then end the worker and its children."""
     with contextlib.suppress(ProcessLookupError):
         os.kill(r.process.pid, worker.DUMP_STACK)
-    stack = Path(r.task.job.stack_file)
-    for _ in range(25):  # faulthandler writes from its signal handler, even inside a C call
-        if stack.stat().st_size:
-            break
-        time.sleep(0.02)
+    _await_stack(Path(r.task.job.stack_file), r.task.job.path)
     _end(r)
     return _located(r, message)
+
+
+def _await_stack(stack: Path, page: str, most: float = 5.0) -> None:
+    """Wait until the worker's stack names a line of the page, or stops growing: faulthandler
+    writes it from a signal handler (even inside a C call), a few bytes at a time, and a loaded
+    machine may pause it between the heading and the first frame."""
+    start, seen, still = time.monotonic(), "", 0
+    while time.monotonic() - start < most:
+        time.sleep(0.02)
+        text = stack.read_text(errors="replace")
+        if text == seen and text.endswith("\n"):
+            still += 1
+            if still >= 25 or any(m.group(1) == page for m in _FRAME.finditer(text)):
+                return  # the page's line is there, or nothing was written for half a second
+        else:
+            seen, still = text, 0
 
 
 def _end(r: _Running) -> None:
