@@ -84,6 +84,9 @@ def test_figure_data_is_offered_as_a_collapsed_table_under_the_figure(tmp_path):
     assert table.columns == ["x", "y|value"] and table.rows == [["1", "0.5"], ["2", "0.333"], ["3", "2e-09"]]
     assert '??? note "The data in this figure"\n\n    | x | y\\|value |\n    | --- | --- |\n    | 1 | 0.5 |' \
         in result.markdown
+    counted = page.replace('{"x": xs, "y|value": ys}', '{"x": [1000, 2, 3], "y": ys}, fmt=",.2f"')
+    (table,) = execute_page(counted, "docs/p.md", Settings(root=tmp_path)).outputs[0][0].tables
+    assert table.rows == [["1,000", "0.50"], ["2", "0.33"], ["3", "0.00"]], "whole numbers stay whole"
     with pytest.raises(LessonError, match="call it in the block that draws the figure"):
         execute_page("```python exec\nimport lessonlib\nlessonlib.figure_data({'x': [1]})\n```\n", "docs/p.md",
                      Settings(root=tmp_path))

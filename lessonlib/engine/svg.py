@@ -37,7 +37,8 @@ _tables: list[DataTable] = []  # figure_data calls since the last take_tables
 def figure_data(columns: dict[str, Sequence], fmt: str = ".3g") -> None:
     """Offer the numbers a block's figure plots as a table, collapsed under the figure, for
     readers who cannot see it: ``figure_data({"distance": d, "RNN": g})``, one column each.
-    Numbers are formatted with `fmt`, anything else with str."""
+    Numbers are formatted with `fmt`, whole numbers as whole numbers (with `fmt`'s thousands
+    separator), anything else with str."""
     lengths = {len(values) for values in columns.values()}
     if len(lengths) > 1:
         raise ValueError(f"figure_data: every column needs as many values, not {sorted(lengths)}")
@@ -48,7 +49,11 @@ def figure_data(columns: dict[str, Sequence], fmt: str = ".3g") -> None:
 def _cell(value: object, fmt: str) -> str:
     if hasattr(value, "item"):  # a NumPy or torch scalar
         value = value.item()
-    return format(value, fmt) if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, int):  # a count or a position: "1,024", not "1,024.000"
+        return format(value, ",d" if "," in fmt else "d")
+    return format(value, fmt)
 
 
 def take_tables() -> list[DataTable]:
