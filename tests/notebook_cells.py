@@ -19,6 +19,17 @@ def tagged(nb: nbformat.NotebookNode, tag: str) -> nbformat.NotebookNode:
     return cells[0]
 
 
+def assert_published_clean(nb: nbformat.NotebookNode, stub_tags: list[str]) -> None:
+    """As a reader downloads it: no outputs, a stub in every cell the reader writes, the
+    standard kernel."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert not cell.outputs and cell.execution_count is None, "clear the notebook's outputs"
+    for tag in stub_tags:
+        assert "raise NotImplementedError" in tagged(nb, tag).source
+    assert nb.metadata.kernelspec.name == "python3"
+
+
 def solution_code(nb: nbformat.NotebookNode, summary: str = "Solution") -> str:
     """The code in the notebook's collapsed <details><summary>{summary}</summary> block."""
     marker = f"<summary>{summary}</summary>"

@@ -62,13 +62,7 @@ def namespace(nb: nbformat.NotebookNode) -> exercise.Parts:
 # ----------------------------------------------------------------------------- the notebook as published
 
 def test_notebook_is_published_clean():
-    nb = load()
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None, "clear the notebook's outputs"
-    for tag in PARTS:
-        assert "raise NotImplementedError" in tagged(nb, tag).source
-    assert nb.metadata.kernelspec.name == "python3"
+    notebook_cells.assert_published_clean(load(), list(PARTS))
 
 
 def test_solution_runs_and_shows_the_leak():

@@ -27,6 +27,7 @@ from torch.nn import functional as F
 
 from lessonlib.data import text
 from lessonlib.device import steady_cpu
+from lessonlib.exercises.calls import STUB, call
 from lessonlib.experiments import language_model as lm
 from lessonlib.models.char_rnn import CharRNN, detach_state
 from lessonlib.models.sampling import next_token
@@ -39,17 +40,7 @@ class LanguageModelCheckError(AssertionError):
         return [f"✗ {self}"]
 
 
-STUB = "is still the stub: replace `raise NotImplementedError` with your code."
 Sampler = Callable[[Tensor, float, int | None, torch.Generator | None], Tensor]
-
-
-def _run(name: str, fn: Callable, *args: object) -> tuple[object, str | None]:
-    try:
-        return fn(*args), None
-    except NotImplementedError:
-        return None, f"{name}() {STUB}"
-    except Exception as e:  # the reader's bug, reported in one line
-        return None, f"{name}() raised {type(e).__name__}: {e}"
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -62,7 +53,7 @@ def _draws(sampler: Sampler, logits: Tensor, temperature: float, top_k: int | No
            ) -> tuple[Tensor | None, str | None]:
     """n draws for row 0 of logits, as a histogram (V,), through the reader's sampler."""
     many = logits[:1].expand(n, -1).clone()
-    out, problem = _run("sample", sampler, many, temperature, top_k, torch.Generator().manual_seed(11))
+    out, problem = call("sample", sampler, many, temperature, top_k, torch.Generator().manual_seed(11))
     if problem:
         return None, problem
     if not isinstance(out, Tensor) or out.shape not in ((n, 1), (n,)):
@@ -77,7 +68,7 @@ def _near(share: Tensor, probs: Tensor) -> bool:
 
 def diagnose_sample(sampler: Sampler) -> str | None:
     logits = _logits()
-    out, problem = _run("sample", sampler, logits.clone(), 1.0, None, torch.Generator().manual_seed(0))
+    out, problem = call("sample", sampler, logits.clone(), 1.0, None, torch.Generator().manual_seed(0))
     if problem:
         return problem
     if not isinstance(out, Tensor):
@@ -90,7 +81,7 @@ def diagnose_sample(sampler: Sampler) -> str | None:
         return f"sample must return integer token ids (torch.long), not {out.dtype}: torch.multinomial gives them."
 
     # temperature 0: greedy
-    greedy, problem = _run("sample", sampler, logits.clone(), 0.0, None, torch.Generator().manual_seed(0))
+    greedy, problem = call("sample", sampler, logits.clone(), 0.0, None, torch.Generator().manual_seed(0))
     if problem:
         if STUB in problem:
             return problem
@@ -182,7 +173,7 @@ def _setup(seed: int = 0) -> tuple[CharRNN, torch.optim.Optimizer, Tensor, Tenso
     return model, optimizer, x, y
 
 
-def _reference_run(chunks: int, seed: int = 0) -> tuple[list[float], CharRNN, object]:
+def _referencecall(chunks: int, seed: int = 0) -> tuple[list[float], CharRNN, object]:
     model, optimizer, x, y = _setup(seed)
     state, losses = None, []
     for c in range(chunks):
@@ -197,7 +188,7 @@ def diagnose_train_chunk(train_chunk: Callable) -> str | None:
     state, losses = None, []
     for c in range(4):
         xs, ys = x[:, 4 * c : 4 * c + 4], y[:, 4 * c : 4 * c + 4]
-        out, problem = _run("train_chunk", train_chunk, model, optimizer, xs, ys, state)
+        out, problem = call("train_chunk", train_chunk, model, optimizer, xs, ys, state)
         if problem:
             if "backward through the graph a second time" in problem or "Trying to backward" in problem:
                 return ("the state is not detached: the second chunk's backward pass tried to go on into the "
@@ -218,7 +209,7 @@ def diagnose_train_chunk(train_chunk: Callable) -> str | None:
         if any(s.requires_grad for s in parts):
             return ("the state you return is still attached to this chunk's graph: return it detached "
                     "(.detach()), so the next chunk's backward pass stops at its first character.")
-    want, ref_model, ref_state = _reference_run(4)
+    want, ref_model, ref_state = _referencecall(4)
     if abs(losses[0] - want[0]) > 1e-9:
         return (f"the first chunk's loss is {losses[0]:.6f}, the reference's {want[0]:.6f}: the loss is "
                 "F.cross_entropy(logits.flatten(0, 1), y.flatten()), the mean over all B * T predictions.")

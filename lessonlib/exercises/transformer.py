@@ -27,6 +27,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.exercises.attention import AttentionCheckError
+from lessonlib.exercises.calls import call
 from lessonlib.experiments import caesar
 from lessonlib.models.attention import dot_product_attention
 from lessonlib.models.multihead import MultiHeadAttention, causal_mask, merge_heads, split_heads
@@ -41,18 +42,6 @@ class Parts(NamedTuple):
 
 REFERENCE = Parts(causal_mask, lambda q, k, v, mask: dot_product_attention(q, k, v, mask=mask),
                   split_heads, merge_heads)
-STUB = "is still the stub: replace `raise NotImplementedError` with your code."
-
-
-def _run(name: str, fn: Callable, *args: object) -> tuple[object, str | None]:
-    """fn(*args), or a one-line message saying how it failed."""
-    try:
-        return fn(*args), None
-    except NotImplementedError:
-        return None, f"{name}() {STUB}"
-    except Exception as e:  # the reader's bug, reported in one line
-        shapes = ", ".join(str(tuple(a.shape)) if isinstance(a, Tensor) else repr(a) for a in args)
-        return None, f"{name}() raised {type(e).__name__}: {e}. It was called with {shapes}."
 
 
 def _close(a: Tensor, b: Tensor) -> bool:
@@ -63,7 +52,7 @@ def _close(a: Tensor, b: Tensor) -> bool:
 
 def diagnose_mask(causal_mask_fn: Callable[[int], Tensor]) -> str | None:
     for L in (5, 1, 8):
-        mask, problem = _run("causal_mask", causal_mask_fn, L)
+        mask, problem = call("causal_mask", causal_mask_fn, L)
         if problem:
             return problem
         want = causal_mask(L)
@@ -100,7 +89,7 @@ def _attention_inputs(seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 def diagnose_attention(masked_attention: Callable) -> str | None:
     q, k, v, mask = _attention_inputs(0)
-    out, problem = _run("masked_attention", masked_attention, q.clone(), k.clone(), v.clone(), mask.clone())
+    out, problem = call("masked_attention", masked_attention, q.clone(), k.clone(), v.clone(), mask.clone())
     if problem:
         return problem
     if not (isinstance(out, (tuple, list)) and len(out) == 2 and all(isinstance(t, Tensor) for t in out)):
@@ -135,7 +124,7 @@ def diagnose_attention(masked_attention: Callable) -> str | None:
     if not _close(context.detach(), want_c):
         return "the weights are right, but context is not weights @ v."
     qg = q.clone().requires_grad_()
-    out, problem = _run("masked_attention", masked_attention, qg, k, v, mask)
+    out, problem = call("masked_attention", masked_attention, qg, k, v, mask)
     if problem:
         return problem
     if not out[0].requires_grad:
@@ -149,7 +138,7 @@ def diagnose_heads(split_heads_fn: Callable[[Tensor, int], Tensor],
                    merge_heads_fn: Callable[[Tensor], Tensor]) -> str | None:
     B, L, d, heads = 2, 5, 12, 3
     x = torch.arange(B * L * d, dtype=torch.float64).view(B, L, d)  # every number tells where it came from
-    split, problem = _run("split_heads", split_heads_fn, x.clone(), heads)
+    split, problem = call("split_heads", split_heads_fn, x.clone(), heads)
     if problem:
         return problem
     want = split_heads(x, heads)
@@ -169,7 +158,7 @@ def diagnose_heads(split_heads_fn: Callable[[Tensor, int], Tensor],
                     "then transpose(1, 2).")
         return "split_heads has the right shape but puts the wrong numbers in each head: head h must hold features h*d_head to (h+1)*d_head - 1."
 
-    merged, problem = _run("merge_heads", merge_heads_fn, want.clone())
+    merged, problem = call("merge_heads", merge_heads_fn, want.clone())
     if problem:
         return problem
     if not isinstance(merged, Tensor) or merged.shape != x.shape:
