@@ -2,8 +2,6 @@
 that needs no GPU to be checked: reading `python -m lessonlib run` output and comparing numbers."""
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,21 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+import script_modules
+
+import page_runs  # found through script_modules, which puts scripts/ on the path
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check"
-sys.path.insert(0, str(SCRIPT.parent))  # where the scripts find page_runs
-import page_runs  # noqa: E402
-
-
-def load_gpu_check():
-    loader = importlib.machinery.SourceFileLoader("gpu_check", str(SCRIPT))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("gpu_check", loader))
-    sys.modules["gpu_check"] = module  # its dataclasses look their module up there
-    loader.exec_module(module)
-    return module
-
-
-gpu_check = load_gpu_check()
+gpu_check = script_modules.load("gpu_check")
 
 
 def test_dry_run_prints_every_step_and_runs_nothing(tmp_path):

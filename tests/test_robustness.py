@@ -1,26 +1,15 @@
 """scripts/robustness without running the pages: its plan and its report (the part that reads runs)."""
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
+import script_modules
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "robustness"
-sys.path.insert(0, str(SCRIPT.parent))  # where the script finds page_runs
-
-
-def load_robustness():
-    loader = importlib.machinery.SourceFileLoader("robustness", str(SCRIPT))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("robustness", loader))
-    sys.modules["robustness"] = module  # its dataclasses look their module up there
-    loader.exec_module(module)
-    return module
-
-
-robustness = load_robustness()
+robustness = script_modules.load("robustness")
 
 
 def test_the_plan_has_every_perturbation_and_avx2_only_where_the_cpu_offers_more():
