@@ -41,6 +41,21 @@ def solution_code(nb: nbformat.NotebookNode, summary: str = "Solution") -> str:
     raise AssertionError(f"the notebook has no {marker} block")
 
 
+def solved(path: Path, parts: dict[str, str], replace: dict[str, tuple[str, str]] | None = None
+           ) -> nbformat.NotebookNode:
+    """The notebook with each cell tagged in `parts` filled with its collapsed "Solution: {part}";
+    `replace` edits one part's solution: {tag: (old, new)}."""
+    nb = load(path)
+    for tag, part in parts.items():
+        code = solution_code(nb, f"Solution: {part}")
+        if replace and tag in replace:
+            old, new = replace[tag]
+            assert old in code, f"{old!r} is not in the solution of {part}"
+            code = code.replace(old, new)
+        tagged(nb, tag).source = code
+    return nb
+
+
 def execute(nb: nbformat.NotebookNode, folder: Path, timeout: int = 300) -> nbformat.NotebookNode:
     """Run every cell in a fresh kernel started in `folder`. Kernel "python3" is ipykernel's own
     spec, whose argv "python" jupyter_client replaces by sys.executable: this venv's interpreter."""

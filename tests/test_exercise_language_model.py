@@ -28,16 +28,7 @@ PARTS = {"exercise-sample": "sample", "exercise-train-chunk": "train_chunk"}
 
 
 def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
-    """The notebook with every solution filled in; `replace` edits one part's solution: {tag: (old, new)}."""
-    nb = notebook_cells.load(NOTEBOOK)
-    for tag, part in PARTS.items():
-        code = notebook_cells.solution_code(nb, f"Solution: {part}")
-        if replace and tag in replace:
-            old, new = replace[tag]
-            assert old in code, f"{old!r} is not in the solution of {part}"
-            code = code.replace(old, new)
-        tagged(nb, tag).source = code
-    return nb
+    return notebook_cells.solved(NOTEBOOK, PARTS, replace)
 
 
 def solution_functions() -> dict:

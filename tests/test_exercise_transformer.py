@@ -30,21 +30,8 @@ def load() -> nbformat.NotebookNode:
     return notebook_cells.load(NOTEBOOK)
 
 
-def solution_code(nb: nbformat.NotebookNode, part: str) -> str:
-    return notebook_cells.solution_code(nb, f"Solution: {part}")
-
-
 def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
-    """The notebook with every solution filled in; `replace` edits one part's solution: {tag: (old, new)}."""
-    nb = load()
-    for tag, part in PARTS.items():
-        code = solution_code(nb, part)
-        if replace and tag in replace:
-            old, new = replace[tag]
-            assert old in code, f"{old!r} is not in the solution of {part}"
-            code = code.replace(old, new)
-        tagged(nb, tag).source = code
-    return nb
+    return notebook_cells.solved(NOTEBOOK, PARTS, replace)
 
 
 def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
