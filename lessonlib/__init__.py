@@ -1,7 +1,8 @@
 """lessonlib: the course's build-time engine and its small reference models.
 
 Lesson code uses ``lessonlib.device()``, ``lessonlib.memo``, ``lessonlib.progress`` and
-``lessonlib.figure_data`` (a figure's numbers, offered as a table). None of
+``lessonlib.figure_data`` (a figure's numbers, offered as a table); a downloaded notebook starts
+with ``lessonlib.start_page()``, the state every page starts from. None of
 them imports torch until it is used, so the build process, which only renders the pages that
 come from the cache, never imports torch.
 """
@@ -10,7 +11,7 @@ from __future__ import annotations
 from lessonlib import device  # callable: lessonlib.device() is the device; lessonlib.device.cpus() too
 from lessonlib.progress import progress
 
-__all__ = ["device", "figure_data", "memo", "progress"]
+__all__ = ["device", "figure_data", "memo", "progress", "start_page"]
 
 
 def __getattr__(name: str):
@@ -22,4 +23,8 @@ def __getattr__(name: str):
         from lessonlib.engine.svg import figure_data
 
         return figure_data
+    if name == "start_page":  # with torch
+        from lessonlib.engine.session import start_page
+
+        return start_page
     raise AttributeError(f"module 'lessonlib' has no attribute {name!r}")

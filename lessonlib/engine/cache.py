@@ -206,14 +206,14 @@ def file_lock(path: Path, wait: bool = True) -> IO | None:
     return handle
 
 
-def write_atomically(path: Path, text: str) -> None:
+def write_atomically(path: Path, text: str | bytes) -> None:
     """Write aside, then rename: readers and concurrent builds only ever see whole files.
     The file gets the usual permissions (the umask's), not mkstemp's owner-only ones: files
     written into the site must be readable by the web server that serves it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_beside(path)
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
+        with open(tmp, "xb") if isinstance(text, bytes) else open(tmp, "x", encoding="utf-8") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

@@ -6,14 +6,21 @@ block a cell of its own, with its expected output. A first cell starts the kerne
 page starts (seed 0 everywhere, the house figure style). Cells carry tags: ``timing`` for
 measured timings, ``check`` for the asserts that back the prose (their source folded),
 ``pycon`` for examples, ``setup`` for the first one.
+
+A published notebook (a lesson's, or an exercise, published_exercise) starts with one more
+cell, tagged ``install``: it installs lessonlib from the wheel the site publishes, with the
+pinned versions of what it needs (lessonlib.engine.wheel), so that it runs in any fresh Python
+environment, away from this repository.
 """
 from __future__ import annotations
 
 import ast
 import hashlib
+import ipaddress
 import json
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from nbformat import NotebookNode, from_dict, v4
 
@@ -21,26 +28,95 @@ from lessonlib.engine.blocks import Block, ParsedPage
 from lessonlib.engine.cache import cache_errors, path_name, write_atomically
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
+from lessonlib.engine.wheel import CONSTRAINTS
 
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
-# and the house figure style. Run the notebook from the lesson's folder: pages read files there.
-from lessonlib.engine.session import start_page
+# and the house figure style.
+import lessonlib
 
-start_page()"""
+lessonlib.start_page()"""
+
+INSTALL = """\
+# Install what this notebook needs, at the versions the course site was built with: lessonlib
+# from the site, with the packages it uses (torch, NumPy, matplotlib, ...) pinned by the site's
+# constraints.txt. Quick when they are installed already.
+import importlib
+import subprocess
+import sys
+import urllib.request
+
+DOWNLOADS = "{downloads}"
 
 
-def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path | None) -> str:
-    """The page's notebook as written to disk. Building it is most of a warm build's own work,
+class SetupFailed(Exception):
+    def _render_traceback_(self):  # Jupyter shows the message alone, not a traceback
+        return [str(self)]
+
+
+try:
+    urllib.request.urlopen(DOWNLOADS + "{constraints}", timeout=30).close()
+except OSError as e:
+    raise SetupFailed(f"Cannot reach the course site at {{DOWNLOADS}} ({{e}}): open this notebook "
+                      "from the site it came from, while that site is served.") from None
+pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--constraint", DOWNLOADS + "{constraints}",
+                      DOWNLOADS + "{wheel}"], capture_output=True, text=True)
+if pip.returncode != 0:
+    errors = [line for line in pip.stderr.splitlines() if line.startswith("ERROR")] or pip.stderr.splitlines()[-1:]
+    raise SetupFailed(f"pip could not install lessonlib: {{' '.join(errors)}}")
+importlib.invalidate_caches()  # the kernel finds the packages just installed"""
+
+
+@dataclass(frozen=True)
+class Install:
+    """Where a published notebook installs lessonlib from."""
+    downloads: str  # the URL of the site's downloads/ folder, ending in "/"
+    wheel: str  # the wheel's file name there
+
+
+def install_cell(install: Install) -> NotebookNode:
+    """The first cell of a published notebook."""
+    return _code(INSTALL.format(downloads=install.downloads, wheel=install.wheel, constraints=CONSTRAINTS), "install")
+
+
+def published_exercise(text: str, install: Install) -> str:
+    """An exercise notebook as the site offers it: as written, after the install cell."""
+    notebook = v4.reads(text)
+    cell = install_cell(install)
+    cell.id = "install"
+    notebook.cells.insert(0, cell)
+    return v4.writes(notebook)
+
+
+def colab_url(site_url: str, repo_url: str, branch: str, path: str) -> str | None:
+    """Where Colab opens the notebook at `path` in the site, or None. Colab opens notebooks from
+    GitHub, not from any address: a site that `mkdocs gh-deploy` published has them on the
+    repository's `branch` (mkdocs.yml's remote_branch). None for a site on this machine or a
+    private network, which is no published site, or a repository not on GitHub."""
+    host = urlsplit(site_url).hostname or ""
+    repo = urlsplit(repo_url)
+    if host == "localhost" or host.endswith(".localhost") or repo.hostname != "github.com":
+        return None
+    try:
+        if not ipaddress.ip_address(host).is_global:
+            return None
+    except ValueError:
+        pass  # a name, not an address
+    return f"https://colab.research.google.com/github{repo.path.rstrip('/').removesuffix('.git')}/blob/{branch}/{path}"
+
+
+def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path | None,
+                  install: Install | None = None) -> str:
+    """The page's notebook as written to disk, with `install`'s cell first. Building it is most of a warm build's own work,
     so with a `store` folder the text written last time for this page is reused while its cache
     key (code, engine, versions), its text and its outputs are the same. One file per page,
     replaced when anything changes. Not validated here (v4.writes, not nbformat.writes): the
     schema alone took longer to load than the notebook to build, and nbformat.writes only logs
     what it finds; the tests validate every exported notebook."""
     if store is None:
-        return v4.writes(to_notebook(page, outputs))
+        return v4.writes(to_notebook(page, outputs, install))
     blocks, values = outputs
-    facts = [key, "".join(page.lines), [asdict(b) for b in blocks], values]
+    facts = [key, "".join(page.lines), [asdict(b) for b in blocks], values, asdict(install) if install else None]
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
     path = store / f"{path_name(page.path)}.ipynb"
     try:
@@ -49,7 +125,7 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
             return text
     except (OSError, ValueError):
         pass
-    text = v4.writes(to_notebook(page, outputs))
+    text = v4.writes(to_notebook(page, outputs, install))
     with cache_errors(store):
         write_atomically(path, f"{version} {_digest(text)}\n{text}")
     return text
@@ -59,10 +135,13 @@ def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> NotebookNode:
-    """Inline values are filled in and block outputs attached when the page has run."""
+def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install | None = None) -> NotebookNode:
+    """Inline values are filled in and block outputs attached when the page has run. With
+    `install`, the notebook starts with the install cell (one for a kernel that has lessonlib
+    already, as the tests run it in this checkout, has none)."""
     blocks_out, values = outputs if outputs else (None, None)
-    cells = [_code(SETUP, "setup")]
+    cells = [install_cell(install)] if install else []
+    cells.append(_code(SETUP, "setup"))
     prose: list[str] = []
     line = 0
 

@@ -7,12 +7,15 @@ whole build succeeded, strict checks included (lessonlib.engine.publish): a fail
 build leaves the previous site as it was, under ``mkdocs serve`` too. Helper modules and data
 files beside the pages are not published unless a page links them. Under ``mkdocs serve``,
 what the pages read (helpers, data files, lessonlib's modules) is watched too, so editing any
-of it rebuilds.
+of it rebuilds. The site publishes lessonlib's wheel and the pinned versions under downloads/,
+where every notebook it offers (a lesson's, an exercise) installs them from, at site_url.
 """
 from __future__ import annotations
 
 import logging
+import posixpath
 from pathlib import Path
+from urllib.parse import urljoin
 
 from mkdocs.config import base, load_config
 from mkdocs.config import config_options as c
@@ -24,14 +27,16 @@ from lessonlib.engine.cache import cache_errors, write_atomically
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.html_memo import HtmlMemo, MemoHighlightExtension
 from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
-from lessonlib.engine.notebook import notebook_text
+from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise
 from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
 from lessonlib.engine.publish import Staging
 from lessonlib.engine.published import linked, unpublished
 from lessonlib.engine.render import figure_files
 from lessonlib.engine.search_memo import memoize_search
+from lessonlib.engine.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 
 log = get_plugin_logger(__name__)
+LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
 
 
@@ -58,8 +63,12 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         self.root = Path(config.config_file_path).parent
         try:
             self.settings = settings_from(self.config, self.root, Path(config.config_file_path).name)
+            self.project = read_project()
         except SetupError as e:
             raise PluginError(str(e)) from None
+        self.install = Install(urljoin(config.site_url or LOCAL_SITE, f"{DOWNLOADS}/"), self.project.wheel_name)
+        if not config.repo_url:  # mkdocs.yml's edit_uri is a path in repo_url's repository: no source links without one
+            config.edit_uri = None
         self.results: dict[str, PageResult] = {}
         self.warnings = _Count()
         logging.getLogger("mkdocs").addHandler(self.warnings)
@@ -135,15 +144,27 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
         store = self.settings.cache_dir / "notebooks" if self.settings.cache_dir else None
         try:
-            text = notebook_text(result.page, result.outputs, result.key, store)
+            text = notebook_text(result.page, result.outputs, result.key, store, self.install)
         except SetupError as e:
             raise PluginError(str(e)) from None
         write_atomically(folder / notebook, text)
-        link = f'<p class="lessonlib-download"><a href="{notebook}" download>Download this lesson as a Jupyter notebook</a></p>'
-        return f"{rendered}\n{link}\n"
+        link = f'<a href="{notebook}" download>Download this lesson as a Jupyter notebook</a>'
+        return f"{rendered}\n{self._notebook_links(config, page, notebook, link)}\n"
+
+    @staticmethod
+    def _notebook_links(config, page, notebook: str, download: str = "") -> str:
+        """The paragraph that offers a page's notebook: its download, and Colab where the site is published."""
+        path = posixpath.join(posixpath.dirname(page.file.dest_uri), notebook)  # in the site, as gh-deploy pushes it
+        colab = colab_url(config.site_url or LOCAL_SITE, config.repo_url or "", config.remote_branch, path)
+        links = [download] if download else []
+        if colab:
+            links.append(f'<a href="{colab}">Open it in Colab</a>')
+        return f'<p class="lessonlib-download">{" · ".join(links)}</p>' if links else ""
 
     def on_page_content(self, html, page, config, files):
         html = to_mathml(html, self.memo)
+        if page.file.src_uri.endswith(".ipynb"):  # mkdocs-jupyter's page offers the download itself
+            html += self._notebook_links(config, page, Path(page.file.src_uri).name)
         source = Path(page.file.abs_src_path)
         lines = source.read_text(encoding="utf-8").splitlines() if source.suffix == ".md" else []
         for leak in leftover_tex(html):
@@ -152,6 +173,15 @@ class LessonPlugin(BasePlugin[LessonConfig]):
                         "(inline math is $...$ with no space just inside either dollar; math uses only "
                         "commands latex2mathml knows)")
         return html
+
+    @event_priority(-100)  # after mkdocs-jupyter has copied the notebook for its download button
+    def on_post_page(self, output, page, config):
+        """The exercise notebook offered for download starts with the install cell."""
+        source = Path(page.file.abs_src_path)
+        if source.suffix == ".ipynb":
+            target = Path(page.file.abs_dest_path).parent / source.name
+            write_atomically(target, published_exercise(source.read_text(encoding="utf-8"), self.install))
+        return output
 
     def on_serve(self, server, config, builder):
         global _server
@@ -166,10 +196,21 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         try:
             with cache_errors(self.settings.cache_dir or self.root):
                 self.memo.save()
+            self._publish_downloads(Path(config.site_dir))
         except SetupError as e:
             raise PluginError(str(e)) from None
         self._finish(config, publish=not (config.strict and self.warnings.count))
         self._watch_inputs(config)
+
+    def _publish_downloads(self, site: Path) -> None:
+        """What the notebooks install: lessonlib's wheel, and the pinned versions."""
+        folder = site / DOWNLOADS
+        try:
+            constraints = (self.project.root / CONSTRAINTS).read_text(encoding="utf-8")
+            write_atomically(folder / self.project.wheel_name, wheel_bytes(self.project))
+            write_atomically(folder / CONSTRAINTS, constraints)
+        except OSError as e:
+            raise SetupError(f"cannot publish {DOWNLOADS}/ (lessonlib's wheel and {CONSTRAINTS}): {e}") from None
 
     def on_build_error(self, error):
         self._finish(None, publish=False)

@@ -1,0 +1,117 @@
+"""lessonlib as a wheel, for the notebooks a reader downloads: the site publishes it (with the
+pinned versions, constraints.txt) under downloads/, and each notebook's first cell installs both
+from there (lessonlib.engine.notebook.install_cell).
+
+Written here from pyproject.toml rather than by a build backend: a pure-Python wheel is a zip
+of the package's files and three metadata files, and building it this way needs nothing
+downloaded (pip's build isolation would fetch setuptools), writes nothing into the checkout
+(setuptools leaves build/ and an egg-info, which `mkdocs serve` would see as edits), takes a
+fraction of a second, and gives the same bytes for the same sources.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import tomllib
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from lessonlib.engine.errors import SetupError
+
+SOURCE = Path(__file__).resolve().parents[2]  # the checkout this lessonlib runs from, with its pyproject.toml
+DOWNLOADS = "downloads"  # the site's folder for the wheel and the constraints
+CONSTRAINTS = "constraints.txt"
+_EPOCH = (1980, 1, 1, 0, 0, 0)  # every entry's time: the same sources give the same wheel
+
+
+@dataclass(frozen=True)
+class Project:
+    """What pyproject.toml says about the package."""
+    root: Path
+    name: str
+    version: str
+    summary: str
+    requires_python: str
+    dependencies: tuple[str, ...]
+    extras: dict[str, tuple[str, ...]]
+    entry_points: dict[str, dict[str, str]]
+    package_data: dict[str, tuple[str, ...]]  # package -> glob patterns in its folder
+
+    @property
+    def wheel_name(self) -> str:
+        return f"{self.name}-{self.version}-py3-none-any.whl"
+
+
+def read_project(root: Path = SOURCE) -> Project:
+    """Raises SetupError, in one line, when pyproject.toml cannot be read (lessonlib installed
+    from a wheel, not run from its checkout, has none: a site needs the checkout to publish it)."""
+    try:
+        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        project = data["project"]
+        return Project(root, project["name"], project["version"], project.get("description", ""),
+                       project.get("requires-python", ""), tuple(project.get("dependencies", ())),
+                       {k: tuple(v) for k, v in project.get("optional-dependencies", {}).items()},
+                       project.get("entry-points", {}),
+                       {k: tuple(v) for k, v in data.get("tool", {}).get("setuptools", {}).get("package-data", {}).items()})
+    except (OSError, ValueError, KeyError) as e:
+        raise SetupError(f"{root / 'pyproject.toml'}: cannot read the project's name, version and dependencies ({e})") from None
+
+
+def wheel_bytes(project: Project) -> bytes:
+    """The wheel: every module of the package and its subpackages, the package data, and the
+    metadata (dependencies unpinned, as in pyproject.toml; constraints.txt pins them)."""
+    dist_info = f"{project.name}-{project.version}.dist-info"
+    files = {path.relative_to(project.root).as_posix(): path.read_bytes() for path in _package_files(project)}
+    files[f"{dist_info}/METADATA"] = _metadata(project).encode()
+    files[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: lessonlib\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    if project.entry_points:
+        files[f"{dist_info}/entry_points.txt"] = "".join(
+            f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items()) + "\n"
+            for group, points in project.entry_points.items()).encode()
+    record = [f"{name},sha256={_digest(data)},{len(data)}" for name, data in files.items()]
+    files[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for name, data in files.items():
+            info = zipfile.ZipInfo(name, _EPOCH)
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            wheel.writestr(info, data)
+    return out.getvalue()
+
+
+def _package_files(project: Project) -> list[Path]:
+    """As setuptools finds them: packages are folders with an __init__.py inside a package (the
+    top one named after the project), with their modules and the package data's patterns."""
+    top = project.root / project.name
+    packages = sorted(p.parent for p in top.rglob("__init__.py") if _in_packages(p.parent, top))
+    found = set()
+    for package in packages:
+        found.update(package.glob("*.py"))
+        dotted = package.relative_to(project.root).as_posix().replace("/", ".")
+        for pattern in project.package_data.get(dotted, ()):
+            found.update(p for p in package.glob(pattern) if p.is_file())
+    return sorted(found)
+
+
+def _in_packages(folder: Path, top: Path) -> bool:
+    """Every folder from `top` down to `folder` is a package (a module folder elsewhere is not)."""
+    return all((d / "__init__.py").is_file() for d in [folder, *folder.parents] if d == top or top in d.parents)
+
+
+def _metadata(project: Project) -> str:
+    lines = ["Metadata-Version: 2.1", f"Name: {project.name}", f"Version: {project.version}",
+             f"Summary: {project.summary}"]
+    if project.requires_python:
+        lines.append(f"Requires-Python: {project.requires_python}")
+    lines += [f"Requires-Dist: {requirement}" for requirement in project.dependencies]
+    for extra, requirements in project.extras.items():
+        lines.append(f"Provides-Extra: {extra}")
+        lines += [f'Requires-Dist: {requirement}; extra == "{extra}"' for requirement in requirements]
+    return "\n".join(lines) + "\n"
+
+
+def _digest(data: bytes) -> str:
+    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
