@@ -1,6 +1,13 @@
 from __future__ import annotations
 
+import functools
+import http.server
 import itertools
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,6 +22,40 @@ DEVICES = [
         marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine"),
     ),
 ]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Site:
+    path: Path  # the built site
+    url: str  # where it is served
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Site:
+    """The site, built once per test process (a page the suite is running meanwhile is waited for
+    and read from the cache, not run twice: the engine locks each page) and served on a free port
+    of 127.0.0.1; the build is told that address, since Material's instant navigation only follows
+    links under site_url, and the notebooks install lessonlib from there."""
+    path = tmp_path_factory.mktemp("site")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(path)))
+    url = f"http://127.0.0.1:{server.server_port}/"
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
+    build = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(path)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+    )
+    assert build.returncode == 0, build.stderr
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield Site(path, url)
+    server.shutdown()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
 
 
 @pytest.fixture(params=DEVICES)

@@ -3,16 +3,21 @@ what the page printed, block by block (timings apart), and shows as many figures
 from __future__ import annotations
 
 import doctest
+import io
 import shutil
+import socket
+import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
+from nbclient.exceptions import CellExecutionError
 
 from notebook_cells import execute, printed
 
 from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.notebook import to_notebook
+from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
+from lessonlib.engine.wheel import read_project, wheel_bytes
 from lessonlib.engine.page import Settings, execute_page
 from lessonlib.engine.plugin import load_settings
 from lessonlib.engine.session import DOCTEST_FLAGS
@@ -54,6 +59,59 @@ def test_export_starts_where_pages_start_splits_examples_and_leaves_values_as_th
     assert cells[3].metadata.tags == ["timing"]
     assert "Value: <b>*x*</b>." in cells[4].source
     assert [(c.source, c.outputs[0].data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
+
+
+def test_a_published_notebook_installs_lessonlib_from_its_site_first(tmp_path):
+    (tmp_path / "docs").mkdir()
+    result = execute_page("```python exec\nx = 1\n```\n", "docs/small.md", Settings(root=tmp_path))
+    here, there = (Install(f"http://{host}/downloads/", "lessonlib-0.1.0-py3-none-any.whl") for host in ("a", "b"))
+    install, setup = to_notebook(result.page, result.outputs, here).cells[:2]
+    assert install.metadata.tags == ["install"] and setup.metadata.tags == ["setup"]
+    assert 'DOWNLOADS = "http://a/downloads/"' in install.source and "lessonlib-0.1.0-py3-none-any.whl" in install.source
+    store = tmp_path / "store"
+    texts = [notebook_text(result.page, result.outputs, "key", store, site) for site in (here, there, here)]
+    assert texts[0] != texts[1] and texts[0] == texts[2], "a notebook kept for one site must not be offered by another"
+    exercise = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
+    cells = nbformat.reads(published_exercise(nbformat.writes(exercise), here), as_version=4).cells
+    assert [c.metadata.get("tags") for c in cells] == [["install"], None] and cells[0].source == install.source
+
+
+def test_the_install_cell_says_in_one_line_that_the_site_cannot_be_reached(tmp_path):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}/downloads/"
+    (tmp_path / "docs").mkdir()
+    result = execute_page("```python exec\nx = 1\n```\n", "docs/small.md", Settings(root=tmp_path))
+    notebook = to_notebook(result.page, result.outputs, Install(url, "lessonlib-0.1.0-py3-none-any.whl"))
+    with pytest.raises(CellExecutionError) as info:
+        execute(notebook, tmp_path)
+    (error,) = [o for o in notebook.cells[0].outputs if o.output_type == "error"]
+    assert error.ename == "SetupFailed" and len(error.traceback) == 1, error.traceback
+    assert error.traceback[0].startswith(f"Cannot reach the course site at {url} ("), info.value
+
+
+def test_the_wheel_holds_every_module_and_the_package_data():
+    project = read_project()
+    wheel = zipfile.ZipFile(io.BytesIO(wheel_bytes(project)))
+    names = set(wheel.namelist())
+    modules = {p.relative_to(project.root).as_posix() for p in (project.root / "lessonlib").rglob("*.py")}
+    assert modules <= names and "lessonlib/data/shakespeare/hamlet.txt" in names
+    metadata = wheel.read("lessonlib-0.1.0.dist-info/METADATA").decode()
+    assert "Requires-Dist: torch\n" in metadata and 'Requires-Dist: mkdocs; extra == "site"' in metadata
+    assert wheel_bytes(project) == wheel_bytes(project), "the same sources must give the same wheel"
+
+
+@pytest.mark.parametrize("site, repo, url", [
+    ("https://me.github.io/course/", "https://github.com/me/course.git",
+     "https://colab.research.google.com/github/me/course/blob/gh-pages/lessons/a/a.ipynb"),
+    ("http://127.0.0.1:8000/", "https://github.com/me/course", None),
+    ("http://localhost:8000/", "https://github.com/me/course", None),
+    ("http://10.0.0.5/", "https://github.com/me/course", None),
+    ("https://me.github.io/course/", "https://gitlab.com/me/course", None),
+    ("https://me.github.io/course/", "", None),
+])
+def test_colab_is_offered_only_for_a_published_site_with_its_sources_on_github(site, repo, url):
+    assert colab_url(site, repo, "gh-pages", "lessons/a/a.ipynb") == url
 
 
 def test_a_check_block_is_a_cell_tagged_check_with_its_source_folded(tmp_path):

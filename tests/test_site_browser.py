@@ -1,7 +1,6 @@
 """The built site in a real browser (Debian's Chromium driven by Playwright), as readers see it.
 
-The site is built once per test process (a page the suite is running meanwhile is waited for
-and read from the cache, not run twice: the engine locks each page), served on 127.0.0.1, and
+The site is built once per test process (the `site` fixture, tests/conftest.py), served on 127.0.0.1, and
 every page is checked for what a reader needs: no errors, no request to any other host, images
 with alt text, rendered math, no serious accessibility problem in either palette (axe-core), no
 sideways scrolling.
@@ -13,14 +12,7 @@ instant navigation included) and data-walkthrough-ready on each walkthrough widg
 """
 from __future__ import annotations
 
-import functools
-import http.server
-import os
 import re
-import subprocess
-import sys
-import threading
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -50,38 +42,9 @@ def site_pages() -> list[str]:
     return pages
 
 
-@dataclass(frozen=True)
-class Site:
-    path: Path  # the built site
-    url: str  # where it is served
-
-
-@pytest.fixture(scope="session")
-def site(tmp_path_factory) -> Site:
-    """The site, served on a free port of 127.0.0.1; the build is told that address, since
-    Material's instant navigation only follows links under site_url."""
-    path = tmp_path_factory.mktemp("site")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(path)))
-    url = f"http://127.0.0.1:{server.server_port}/"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
-    )
-    assert build.returncode == 0, build.stderr
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield Site(path, url)
-    server.shutdown()
-
-
 @pytest.fixture(scope="session")
 def base_url(site) -> str:
     return site.url
-
-
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args) -> None:
-        pass
 
 
 @pytest.fixture(scope="session")
