@@ -58,7 +58,7 @@ def fresh_kernels(tmp_path_factory) -> Path:
                               "ipykernel"], capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, install.stderr
     found = subprocess.run([str(python), "-c", "import importlib.util as u; print(u.find_spec('lessonlib'), u.find_spec('torch'))"],
-                           capture_output=True, text=True, env=_bare_environment(venv))
+                           capture_output=True, text=True, env=_bare_environment(venv), cwd=where)  # not this checkout
     assert found.stdout.split() == ["None", "None"], f"the fresh venv sees the project: {found.stdout}{found.stderr}"
     spec = where / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
