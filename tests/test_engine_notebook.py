@@ -8,13 +8,12 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
 from notebook_cells import execute, printed
 
 from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.notebook import to_notebook
-from lessonlib.engine.page import Settings, execute_page
-from lessonlib.engine.plugin import load_settings
+from lessonlib.engine.page import execute_page
 from lessonlib.engine.session import DOCTEST_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,7 +52,7 @@ def test_export_starts_where_pages_start_splits_examples_and_leaves_values_as_th
     assert cells[2].source.endswith("plt.plot([1, 2]);  # a line"), "a page does not show a last line's value"
     assert cells[3].metadata.tags == ["timing"]
     assert "Value: <b>*x*</b>." in cells[4].source
-    assert [(c.source, c.outputs[0].data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
+    assert [(c.source, c.outputs.blocks.data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
 
 
 def test_a_check_block_is_a_cell_tagged_check_with_its_source_folded(tmp_path):
@@ -78,7 +77,7 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     rel = lesson.relative_to(ROOT).as_posix()
     result = execute_page(lesson.read_text(encoding="utf-8"), rel, settings)
     notebook = to_notebook(result.page, result.outputs)
-    examples = [(c, c.outputs[0].data["text/plain"] if c.outputs else "") for c in notebook.cells
+    examples = [(c, c.outputs.blocks.data["text/plain"] if c.outputs else "") for c in notebook.cells
                 if c.metadata.get("tags") == ["pycon"]]
     # The kernel reuses the page's memoized training instead of redoing it. It reads a copy of
     # the store: pages running beside this test may add entries to the build's own.
@@ -89,7 +88,7 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     execute(notebook, lesson.parent, timeout=600)
     assert sorted(memo.glob("*.json")) == memo_entries, "the kernel ran memoized calls again instead of reusing the page's results"
 
-    blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs[0]) if b.kind == "exec"]
+    blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs.blocks) if b.kind == "exec"]
     cells = _exec_cells(notebook)
     assert len(cells) == len(blocks)
     for (block, output), cell in zip(blocks, cells):
@@ -111,4 +110,4 @@ def test_a_block_that_differs_in_the_kernel_is_caught(tmp_path):
     notebook = to_notebook(parse_page(page, "docs/p.md"), result.outputs)
     execute(notebook, tmp_path / "docs")
     (cell,) = _exec_cells(notebook)
-    assert printed(cell) != result.outputs[0][0].text
+    assert printed(cell) != result.outputs.blocks[0].text

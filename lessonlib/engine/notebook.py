@@ -18,10 +18,16 @@ from pathlib import Path
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import Block, ParsedPage
-from lessonlib.engine.cache import cache_errors, path_name, write_atomically
+from lessonlib.engine.cache import (
+    cache_errors,
+    path_name,
+    source_fingerprint,
+    write_atomically,
+)
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
 
+OWN_CODE = ("notebook", "render", "blocks")  # the engine modules a notebook's text comes from
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
 # and the house figure style. Run the notebook from the lesson's folder: pages read files there.
@@ -33,14 +39,13 @@ start_page()"""
 def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path | None) -> str:
     """The page's notebook as written to disk. Building it is most of a warm build's own work,
     so with a `store` folder the text written last time for this page is reused while its cache
-    key (code, engine, versions), its text and its outputs are the same. One file per page,
-    replaced when anything changes. Not validated here (v4.writes, not nbformat.writes): the
+    key (code, versions), the code that exports it, its text and its outputs are the same. One
+    file per page, replaced when anything changes. Not validated here (v4.writes, not nbformat.writes): the
     schema alone took longer to load than the notebook to build, and nbformat.writes only logs
     what it finds; the tests validate every exported notebook."""
     if store is None:
         return v4.writes(to_notebook(page, outputs))
-    blocks, values = outputs
-    facts = [key, "".join(page.lines), [asdict(b) for b in blocks], values]
+    facts = [key, source_fingerprint(*OWN_CODE), "".join(page.lines), asdict(outputs)]
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
     path = store / f"{path_name(page.path)}.ipynb"
     try:
@@ -61,7 +66,7 @@ def _digest(text: str) -> str:
 
 def to_notebook(page: ParsedPage, outputs: PageOutputs | None) -> NotebookNode:
     """Inline values are filled in and block outputs attached when the page has run."""
-    blocks_out, values = outputs if outputs else (None, None)
+    blocks_out, values = (outputs.blocks, outputs.values) if outputs else (None, None)
     cells = [_code(SETUP, "setup")]
     prose: list[str] = []
     line = 0
