@@ -393,7 +393,20 @@ EXPLORATIONS = {
     "forget-bias": ("lessons/sequences-to-attention/", "Forget-gate bias"),
     "query": ("lessons/transformer/", "Query (position)"),
     "causal-mask": ("lessons/transformer/", "Causal mask"),
+    "authors-example": ("writing-lessons/", "Power"),
 }
+
+
+def test_every_exploration_is_listed(site):
+    """Each exploration the site has is driven below: a new one must be added to EXPLORATIONS."""
+    import html
+
+    found = set()
+    for page in site.path.rglob("index.html"):
+        path = "" if page.parent == site.path else page.parent.relative_to(site.path).as_posix() + "/"
+        for name in re.findall(r'class="lessonlib-exploration__label"[^>]*>([^<]*)<', page.read_text()):
+            found.add((path, html.unescape(name)))
+    assert found == set(EXPLORATIONS.values())
 
 
 def exploration(page, control: str):

@@ -129,7 +129,7 @@ def _frame(n: int, frame: Frame, control: str) -> str:
     if frame.table is not None:
         head = "".join(f'<th scope="col">{esc(c)}</th>' for c in frame.table.columns)
         body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>" for row in frame.table.rows)
-        numbers = (f'<details class="lessonlib-exploration__numbers"><summary>The numbers at {esc(control)} '
+        numbers = (f'<details class="lessonlib-exploration__numbers"><summary>The numbers, {esc(control)}: '
                    f'{esc(frame.label)}</summary><div class="lessonlib-exploration__scroll"><table><thead><tr>{head}'
                    f"</tr></thead><tbody>{body}</tbody></table></div></details>")
     return (f'<li class="lessonlib-exploration__frame lessonlib-figure" data-frame="{n}" data-label="{esc(frame.label)}">'
