@@ -418,6 +418,7 @@ def exploration_state(root) -> dict:
     """What a reader gets now: the frame on view (its image and alt text), the announcement, the control."""
     return root.evaluate(
         """root => {
+        const hash = text => [...text].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261);
         const visible = [...root.querySelectorAll('.lessonlib-exploration__frame')]
             .filter(f => getComputedStyle(f).display !== 'none');
         const img = visible.length === 1 ? visible[0].querySelector('img') : null;
@@ -425,7 +426,7 @@ def exploration_state(root) -> dict:
         const checked = root.querySelector('input[type=radio]:checked');
         return {frames: root.querySelectorAll('.lessonlib-exploration__frame').length, shown: visible.length,
                 frame: root.dataset.frame, label: visible.length === 1 ? visible[0].dataset.label : null,
-                alt: img && img.alt, src: img && img.src.slice(-64), width: img && img.naturalWidth,
+                alt: img && img.alt, src: img && hash(img.src), width: img && img.naturalWidth,
                 status: root.querySelector('.lessonlib-exploration__status').textContent,
                 valuetext: range && range.getAttribute('aria-valuetext'),
                 checked: checked && checked.parentElement.textContent.trim(),
