@@ -523,3 +523,21 @@ def test_exploration_works_after_instant_navigation(reader, base_url):
     page.keyboard.press("ArrowRight")
     assert exploration_state(root)["alt"] != before["alt"]
     assert not reader.errors, reader.errors
+
+
+def test_explorations_print_every_frame(reader, base_url):
+    """In print the control is gone and every frame is there, each with its label, as without JavaScript."""
+    path = EXPLORATIONS["causal-mask"][0]
+    page = reader.open(base_url + path)
+    page.emulate_media(media="print")
+    for which, (where, control) in EXPLORATIONS.items():
+        if where != path:
+            continue
+        root = exploration(page, control)
+        state = root.evaluate(
+            """r => ({shown: [...r.querySelectorAll('.lessonlib-exploration__frame')].map(f => f.getClientRects().length > 0),
+                labels: [...r.querySelectorAll('.lessonlib-exploration__frame-label')].map(l => l.getClientRects().length > 0),
+                control: r.querySelector('.lessonlib-exploration__controls').getClientRects().length > 0})"""
+        )
+        assert not state["control"] and len(state["shown"]) >= 2, which
+        assert all(state["shown"]) and all(state["labels"]), which
