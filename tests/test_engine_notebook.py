@@ -52,7 +52,7 @@ def test_export_starts_where_pages_start_splits_examples_and_leaves_values_as_th
     assert cells[2].source.endswith("plt.plot([1, 2]);  # a line"), "a page does not show a last line's value"
     assert cells[3].metadata.tags == ["timing"]
     assert "Value: <b>*x*</b>." in cells[4].source
-    assert [(c.source, c.outputs.blocks.data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
+    assert [(c.source, c.outputs[0].data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
 
 
 def test_a_check_block_is_a_cell_tagged_check_with_its_source_folded(tmp_path):
@@ -77,7 +77,7 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     rel = lesson.relative_to(ROOT).as_posix()
     result = execute_page(lesson.read_text(encoding="utf-8"), rel, settings)
     notebook = to_notebook(result.page, result.outputs)
-    examples = [(c, c.outputs.blocks.data["text/plain"] if c.outputs else "") for c in notebook.cells
+    examples = [(c, c.outputs[0].data["text/plain"] if c.outputs else "") for c in notebook.cells
                 if c.metadata.get("tags") == ["pycon"]]
     # The kernel reuses the page's memoized training instead of redoing it. It reads a copy of
     # the store: pages running beside this test may add entries to the build's own.

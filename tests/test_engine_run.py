@@ -42,7 +42,7 @@ def test_blocks_share_one_namespace_and_stdout_stderr_are_shown():
         ```
         """
     )
-    blocks, _ = result.outputs
+    blocks = result.outputs.blocks
     assert blocks[0].text == "out\nerr\n"
     assert blocks[1].text == "42\n"
     assert "```python\nimport sys" in result.markdown and "python exec" not in result.markdown

@@ -85,7 +85,7 @@ PARSER = ("blocks", "options", "errors")  # the engine modules a parsed page com
 def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:
     """parse_page, kept per page path in `store` while the text and the parser are the same:
     parsing, and loading the Markdown parser for it, was a third of a warm build's own work.
-    Raises the page's LessonError, which is not kept."""
+    Raises the page's LessonError, which is not kept, and OSError if the store cannot be written."""
     if store is None:
         return parse_page(text, path)
     version = hashlib.sha256(json.dumps([path, text, _parser_code()]).encode()).hexdigest()
@@ -99,8 +99,7 @@ def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:
     except Exception:  # noqa: BLE001 (absent, cut short or damaged, in whatever way: parse again)
         pass
     page = parse_page(text, path)
-    with cache_errors(store):
-        write_atomically(file, version.encode() + b"\n" + pickle.dumps(page))
+    write_atomically(file, version.encode() + b"\n" + pickle.dumps(page))
     return page
 
 

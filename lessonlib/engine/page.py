@@ -78,7 +78,8 @@ def execute_pages(sources: list[tuple[str, str]], settings: Settings,
     todo: list[tuple[int, ParsedPage]] = []
     for index, (text, path) in enumerate(sources):
         try:
-            page = parsed_page(text, path, settings.cache_dir / "parsed" if settings.cache_dir else None)
+            with cache_errors(settings.cache_dir) if settings.cache_dir else contextlib.nullcontext():
+                page = parsed_page(text, path, settings.cache_dir / "parsed" if settings.cache_dir else None)
         except LessonError as e:
             results[index] = e
             continue

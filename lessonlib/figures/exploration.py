@@ -27,7 +27,8 @@ from typing import Literal
 
 from matplotlib.figure import Figure
 
-ALT_LIMIT = 150  # characters, as for every figure of a page (lessonlib.engine.session.ALT_LIMIT)
+from lessonlib.engine.session import ALT_LIMIT  # as for every figure of a page
+
 Kind = Literal["range", "radio"]
 
 
@@ -132,6 +133,7 @@ def _frame(n: int, frame: Frame, control: str) -> str:
         numbers = (f'<details class="lessonlib-exploration__numbers"><summary>The numbers, {esc(control)}: '
                    f'{esc(frame.label)}</summary><div class="lessonlib-exploration__scroll"><table><thead><tr>{head}'
                    f"</tr></thead><tbody>{body}</tbody></table></div></details>")
-    return (f'<li class="lessonlib-exploration__frame lessonlib-figure" data-frame="{n}" data-label="{esc(frame.label)}">'
+    return (f'<li class="lessonlib-exploration__frame lessonlib-figure" data-frame="{n}" '
+            f'data-label="{esc(frame.label)}">'
             f'<p class="lessonlib-exploration__frame-label">{esc(control)}: {esc(frame.label)}</p>'
             f'<img src="{src}" alt="{esc(frame.alt)}">{numbers}</li>')
