@@ -9,12 +9,12 @@ from pathlib import Path
 import nbformat
 
 from lessonlib.engine.blocks import ParsedPage, parse_page
+from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.notebook import to_notebook
 from lessonlib.engine.numerals import hand_typed_numerals
 from lessonlib.engine.outputs import BlockOutput
-from lessonlib.engine.page import PageResult, Settings, execute_pages
-from lessonlib.engine.plugin import load_settings
+from lessonlib.engine.page import PageResult, execute_pages
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +88,7 @@ def _print_outputs(result: PageResult) -> None:
     if result.outputs is None:
         print(f"{result.page.path}: nothing to run")
         return
-    blocks, values = result.outputs
+    blocks, values = result.outputs.blocks, result.outputs.values
     _print_blocks(result.page, blocks)
     for inline in result.page.inlines:
         print(f"--- {result.page.path}:{inline.line} `{{py}} {inline.source}` = {values[inline.source]}")

@@ -23,7 +23,9 @@ def device() -> torch.device:
     """
     import torch
 
-    name = os.environ.get("LESSONLIB_DEVICE", "cpu")
+    from lessonlib.engine.config import DEVICE
+
+    name = os.environ.get(DEVICE, "cpu")
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"LESSONLIB_DEVICE={name} but torch sees no CUDA device")

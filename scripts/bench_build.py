@@ -57,7 +57,8 @@ def build(cache: Path, out: Path, execute: bool = True, config: Path = ROOT / "m
     env["LESSONLIB_EXECUTE"] = "1" if execute else "0"
     started = time.perf_counter()
     result = subprocess.run(
-        [*prefix, sys.executable, "-m", "mkdocs", "build", *(["--strict"] if strict else []), "-f", str(config), "-d", str(out)],
+        [*prefix, sys.executable, "-m", "mkdocs", "build", *(["--strict"] if strict else []),
+         "-f", str(config), "-d", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
     seconds = time.perf_counter() - started
@@ -133,7 +134,8 @@ def without_lessonlib(scratch: Path, docs: Path = ROOT / "docs", name: str = "mk
     loader = type("Loader", (yaml.SafeLoader,), {})
     loader.add_constructor("!ENV", lambda load, node: load.construct_sequence(node)[-1])  # its default
     config = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=loader)  # noqa: S506 (a safe loader)
-    config["plugins"] = [p for p in config["plugins"] if not (isinstance(p, dict) and "lessonlib" in p) and p != "lessonlib"]
+    ours = lambda p: p == "lessonlib" or (isinstance(p, dict) and "lessonlib" in p)  # noqa: E731
+    config["plugins"] = [p for p in config["plugins"] if not ours(p)]
     config["docs_dir"] = str(docs)
     # Built without --strict: to plain Markdown an exec fence whose caption holds {braces} is no
     # fence, so the headings after it (and their anchors) vanish into code. A timing baseline only.
@@ -153,14 +155,16 @@ def docs_as_plain_code(scratch: Path) -> Path:
     shutil.copytree(ROOT / "docs", docs)
     for page in docs.rglob("*.md"):
         text = page.read_text(encoding="utf-8")
-        page.write_text(re.sub(r"^( *)(`{3,}|~{3,})python exec\b.*$", r"\1\2python", text, flags=re.M), encoding="utf-8")
+        plain = re.sub(r"^( *)(`{3,}|~{3,})python exec\b.*$", r"\1\2python", text, flags=re.M)
+        page.write_text(plain, encoding="utf-8")
     return docs
 
 
 def rendered_docs(scratch: Path, cache: Path) -> Path:
     """A copy of docs/ whose executable pages hold what the engine renders them to (from the
     cache): Markdown with the outputs, figures and inline values in place."""
-    from lessonlib.engine.page import PageResult, Settings, execute_pages
+    from lessonlib.engine.config import Settings
+    from lessonlib.engine.page import PageResult, execute_pages
     from lessonlib.engine.render import figure_files
 
     docs = scratch / "rendered-docs"
@@ -173,7 +177,7 @@ def rendered_docs(scratch: Path, cache: Path) -> Path:
         rendered = docs / page.relative_to(ROOT / "docs")
         rendered.write_text(result.markdown, encoding="utf-8")
         folder = rendered.parent if rendered.stem == "index" else rendered.with_suffix("")  # the page's URL
-        for name, svg in figure_files(result.page, result.outputs[0]).items() if result.outputs else ():
+        for name, svg in figure_files(result.page, result.outputs.blocks).items() if result.outputs else ():
             folder.mkdir(exist_ok=True)
             (folder / name).write_text(svg, encoding="utf-8")
     return docs
@@ -183,7 +187,8 @@ def page_startup_seconds(scratch: Path, pages: int = 8) -> tuple[float, float]:
     """Per page: a trivial page in a fresh worker process (the template started once) and the
     same page run in this process, as before Engine 2."""
     from lessonlib.engine.blocks import parse_page
-    from lessonlib.engine.page import Settings, execute_pages
+    from lessonlib.engine.config import Settings
+    from lessonlib.engine.page import execute_pages
     from lessonlib.engine.session import Session
 
     (scratch / "docs").mkdir(parents=True, exist_ok=True)
@@ -256,7 +261,8 @@ def main() -> None:
             floor = build(cache, scratch / "floor", execute=False)[0]
             build(cache, scratch / "cold")
             reload = serve_reload_seconds(cache, lesson)
-            print(f"mkdocs serve, prose edit -> page ready: {reload:.2f} s; floor {floor:.2f} s; ratio {reload / floor:.2f}")
+            print(f"mkdocs serve, prose edit -> page ready: {reload:.2f} s; floor {floor:.2f} s; "
+                  f"ratio {reload / floor:.2f}")
             return
         plain = without_lessonlib(scratch)
         rows: dict[str, list[tuple[float, int, list[str]]]] = {}  # each row's runs

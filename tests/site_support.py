@@ -10,8 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
-
-from test_engine_doors import environment
+from fixture_sites import environment
 
 
 def until(condition: Callable[[], object], what: str, bound_s: float = 600) -> None:

@@ -29,7 +29,6 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-
 from notebook_cells import printed, solution_code, tagged, text
 
 from lessonlib.engine.session import DOCTEST_FLAGS

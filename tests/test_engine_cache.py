@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from lessonlib.engine import cache as cache_module
-from lessonlib.engine.page import PACKAGE_ROOT, Settings, execute_page, execute_pages
+from lessonlib.engine.config import Settings
+from lessonlib.engine.page import PACKAGE_ROOT, execute_page, execute_pages
 
 PATH = "docs/fixture.md"
 
@@ -169,7 +170,7 @@ def test_pages_do_not_leak_state_into_each_other(tmp_path, settings):
     (tmp_path / "docs" / "a.md").write_text(leaky)
     execute_page(leaky, "docs/a.md", settings)
     result = execute_page(victim, "docs/b.md", settings)
-    assert result.outputs[0][0].text == "torch.float32 None False False\n"
+    assert result.outputs.blocks[0].text == "torch.float32 None False False\n"
 
 
 def test_failed_runs_are_not_cached(tmp_path, settings):
@@ -254,7 +255,7 @@ def test_memo_skips_the_call_when_only_a_later_block_changes(tmp_path, settings,
     first = execute_page(memo_page(log), PATH, settings)
     second = execute_page(memo_page(log, later="print('a later block changed')"), PATH, settings)
     assert runs(log) == 1 and not second.from_cache
-    assert first.outputs[1] == second.outputs[1], "a hit gives the same values and the same later random draws"
+    assert first.outputs.values == second.outputs.values, "a hit gives the same values and the same later random draws"
 
 
 def test_memo_reruns_when_a_helper_module_it_calls_changes(tmp_path, settings, experiment):
@@ -270,7 +271,7 @@ def test_memo_reruns_when_a_helper_module_it_calls_changes(tmp_path, settings, e
 
 def test_memo_reruns_when_a_page_function_or_global_it_reads_changes(tmp_path, settings, experiment):
     log = tmp_path / "log"
-    values = lambda result: result.outputs[1]["local"]  # noqa: E731
+    values = lambda result: result.outputs.values["local"]  # noqa: E731
     assert values(execute_page(memo_page(log), PATH, settings)) == "6"
     assert values(execute_page(memo_page(log, factor=4), PATH, settings)) == "8", "the page function it calls"
     assert values(execute_page(memo_page(log, factor=4, scale=10), PATH, settings)) == "80", "the page global it reads"

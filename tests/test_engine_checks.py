@@ -6,16 +6,16 @@ import subprocess
 import sys
 
 import pytest
+from fixture_sites import build, make_site
 
 from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.mathml import leftover_tex, source_line
 from lessonlib.engine.numerals import hand_typed_numerals
-from lessonlib.engine.page import Settings, execute_page
+from lessonlib.engine.page import execute_page
 from lessonlib.engine.render import TIMING_CLASS, figure_files, render
 from lessonlib.engine.session import BlockOutput, Figure
-
-from test_engine_doors import build, make_site
 
 PROSE = """\
 # Results
@@ -52,7 +52,7 @@ def test_alt_text_and_caption_state_the_values_the_block_computed(tmp_path):
     page = ('```python exec alt="Accuracy falls to {acc:.0%} at {n} digits {{sic}}." caption="Accuracy ({n} digits)."\n'
             'import matplotlib.pyplot as plt\nacc, n = 0.125, 16\nplt.plot([1, 2])\n```\n')
     result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
-    figure = result.outputs[0][0].figures[0]
+    figure = result.outputs.blocks[0].figures[0]
     assert (figure.alt, figure.caption) == ("Accuracy falls to 12% at 16 digits {sic}.", "Accuracy (16 digits).")
     assert 'alt="Accuracy falls to 12% at 16 digits {sic}."><figcaption>Accuracy (16 digits).</figcaption>' \
         in result.markdown
@@ -80,12 +80,12 @@ def test_figure_data_is_offered_as_a_collapsed_table_under_the_figure(tmp_path):
             'xs, ys = [1, 2, 3], torch.tensor([0.5, 1 / 3, 2e-9])\nplt.plot(xs, ys)\n'
             'lessonlib.figure_data({"x": xs, "y|value": ys})\n```\n')
     result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
-    (table,) = result.outputs[0][0].tables
+    (table,) = result.outputs.blocks[0].tables
     assert table.columns == ["x", "y|value"] and table.rows == [["1", "0.5"], ["2", "0.333"], ["3", "2e-09"]]
     assert '??? note "The data in this figure"\n\n    | x | y\\|value |\n    | --- | --- |\n    | 1 | 0.5 |' \
         in result.markdown
     counted = page.replace('{"x": xs, "y|value": ys}', '{"x": [1000, 2, 3], "y": ys}, fmt=",.2f"')
-    (table,) = execute_page(counted, "docs/p.md", Settings(root=tmp_path)).outputs[0][0].tables
+    (table,) = execute_page(counted, "docs/p.md", Settings(root=tmp_path)).outputs.blocks[0].tables
     assert table.rows == [["1,000", "0.50"], ["2", "0.33"], ["3", "0.00"]], "whole numbers stay whole"
     with pytest.raises(LessonError, match="call it in the block that draws the figure"):
         execute_page("```python exec\nimport lessonlib\nlessonlib.figure_data({'x': [1]})\n```\n", "docs/p.md",

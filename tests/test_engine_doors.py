@@ -3,70 +3,15 @@ on small fixture sites built in a temporary folder."""
 from __future__ import annotations
 
 import filecmp
-import os
 import re
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import nbformat
-
-MKDOCS_YML = """\
-site_name: Fixture
-strict: true
-theme: {name: material, font: false}
-plugins:
-  - search
-  - lessonlib:
-      timeout: 60
-      cache_dir: .cache
-markdown_extensions: [admonition, pymdownx.superfences, attr_list]
-"""
-GOOD = """\
-# Good
-
-```python exec alt="A line that rises from 0 to 1."
-import matplotlib.pyplot as plt
-plt.plot([0, 1])
-print("hello from the good page")
-value = 6 * 7
-```
-
-The value is `{py} value`.
-"""
-
-
-def make_site(tmp_path: Path, pages: dict[str, str]) -> Path:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "mkdocs.yml").write_text(MKDOCS_YML)
-    for name, text in pages.items():
-        (tmp_path / "docs" / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / "docs" / name).write_text(text)
-    return tmp_path
-
-
-# The build's own switches: a test sets those it means, never inherits them (a global cache
-# folder would let one fixture build read another's results).
-SWITCHES = ("LESSONLIB_CACHE_DIR", "LESSONLIB_WORKERS", "LESSONLIB_REFRESH", "LESSONLIB_EXECUTE")
-
-
-def environment(**variables: str) -> dict[str, str]:
-    return {**{k: v for k, v in os.environ.items() if k not in SWITCHES}, "NO_MKDOCS_2_WARNING": "1", **variables}
-
-
-def command(args: list[str], cwd: Path, **variables: str) -> subprocess.CompletedProcess:
-    env = environment(**variables)
-    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
-
-
-def build(site: Path) -> subprocess.CompletedProcess:
-    return command([sys.executable, "-m", "mkdocs", "build", "--strict"], site)
-
-
-def lessonlib_cli(site: Path, *args: str) -> subprocess.CompletedProcess:
-    return command([sys.executable, "-m", "lessonlib", *args], site)
+from fixture_sites import GOOD, build, command, environment, lessonlib_cli, make_site
+from site_support import until
 
 
 def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
@@ -177,10 +122,11 @@ def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usa
     assert [p.wait(timeout=120) for p in both] == [0, 0]
     assert "from cache" in lessonlib_cli(site, "run", "docs/good.md").stderr
 
-    changed = slow.replace("time.sleep(1.5)", "time.sleep(30)")
+    started = tmp_path / "started"
+    changed = slow.replace("time.sleep(1.5)", f"open({str(started)!r}, 'w').close()\ntime.sleep(30)")
     (site / "docs/good.md").write_text(changed)
     victim = subprocess.Popen(args, cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(3)
+    until(started.exists, "the victim's page to be running (holding its lock)")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     (site / "docs/good.md").write_text(slow)

@@ -12,11 +12,18 @@ import time
 from pathlib import Path
 
 import pytest
+from fixture_sites import (
+    GOOD,
+    build,
+    command,
+    environment,
+    lessonlib_cli,
+    make_site,
+)
 
+from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import Settings, execute_page, execute_pages
-
-from test_engine_doors import GOOD, build, command, environment, lessonlib_cli, make_site
+from lessonlib.engine.page import execute_page, execute_pages
 
 PATH = "docs/fault.md"
 
@@ -71,7 +78,7 @@ def test_the_memory_limit_ends_the_page_at_its_line(tmp_path):
 def test_one_failing_page_does_not_stop_the_others_and_each_is_reported(settings):
     results = execute_pages([("```python exec\nimport os\nos._exit(3)\n```\n", "docs/a.md"),
                              ("```python exec\nprint('fine')\n```\n", "docs/b.md")], settings)
-    assert isinstance(results[0], LessonError) and results[1].outputs[0][0].text == "fine\n"
+    assert isinstance(results[0], LessonError) and results[1].outputs.blocks[0].text == "fine\n"
 
 
 def test_build_and_cli_fail_and_the_previous_site_survives(tmp_path):

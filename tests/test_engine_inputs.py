@@ -11,10 +11,10 @@ import threading
 from pathlib import Path
 
 import pytest
-
-from lessonlib.engine.page import Settings, execute_page, execute_pages
-
 from site_support import until
+
+from lessonlib.engine.config import Settings
+from lessonlib.engine.page import execute_page, execute_pages
 
 PATH = "docs/fixture.md"
 
@@ -27,7 +27,7 @@ def settings(tmp_path) -> Settings:
 
 def printed(page: str, settings: Settings) -> tuple[str, bool]:
     result = execute_page(page, PATH, settings)
-    return result.outputs[0][0].text, result.from_cache
+    return result.outputs.blocks[0].text, result.from_cache
 
 
 def test_an_input_edited_while_its_page_runs_runs_the_page_again(tmp_path, tmp_path_factory, settings):
@@ -45,7 +45,7 @@ def test_an_input_edited_while_its_page_runs_runs_the_page_again(tmp_path, tmp_p
     data.write_text("second\n")
     (barrier / "go").write_text("")
     run.join()
-    assert done[0].outputs[0][0].text == "second\n", lines
+    assert done[0].outputs.blocks[0].text == "second\n", lines
     assert any("runs again: file docs/data.txt changed while it ran" in line for line in lines), lines
     assert printed(page, settings) == ("second\n", True)
 

@@ -13,12 +13,12 @@ import sys
 import textwrap
 
 import pytest
-
-from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import Settings, execute_page, execute_pages
-
+from fixture_sites import command, environment, make_site
 from site_support import gone, kill_quietly, until
-from test_engine_doors import command, environment, make_site
+
+from lessonlib.engine.config import Settings
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.page import execute_page, execute_pages
 
 SPINNER = """\
 ```python exec
@@ -98,7 +98,7 @@ def test_a_block_that_kills_the_forkserver_does_not_stop_its_page_or_the_next(tm
     after = "```python exec\nprint('next page')\n```\n"
     a, b = execute_pages([(killer, "docs/a.md"), (after, "docs/b.md")], Settings(root=tmp_path, workers=1))
     assert not isinstance(a, LessonError), str(a)
-    assert a.outputs[0][1].text == "on\n" and b.outputs[0][0].text == "next page\n"
+    assert a.outputs.blocks[1].text == "on\n" and b.outputs.blocks[0].text == "next page\n"
 
 
 def test_sets_of_strings_print_the_same_on_every_build(tmp_path):

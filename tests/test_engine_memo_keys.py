@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import Settings, execute_page
+from lessonlib.engine.page import execute_page
 
 CARRIERS = {
     "a bound self": """\
@@ -47,7 +48,7 @@ def test_a_memoized_call_is_keyed_on_what_its_callable_carries(tmp_path, carrier
 
     def result(k: int) -> str:
         page = f"```python exec\nimport lessonlib\nK = {k}\n{CARRIERS[carrier]}\nprint(call(2))\n```\n"
-        return execute_page(page, "docs/p.md", settings).outputs[0][0].text
+        return execute_page(page, "docs/p.md", settings).outputs.blocks[0].text
 
     assert [result(3), result(4), result(3)] == ["6\n", "8\n", "6\n"]
 

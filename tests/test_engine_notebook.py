@@ -12,15 +12,14 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient.exceptions import CellExecutionError
-
 from notebook_cells import execute, printed
 
 from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
-from lessonlib.engine.wheel import read_project, wheel_bytes
-from lessonlib.engine.page import Settings, execute_page
-from lessonlib.engine.plugin import load_settings
+from lessonlib.engine.page import execute_page
 from lessonlib.engine.session import DOCTEST_FLAGS
+from lessonlib.engine.wheel import read_project, wheel_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "docs" / "lessons").glob("*.md"))
@@ -147,7 +146,7 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     execute(notebook, lesson.parent, timeout=600)
     assert sorted(memo.glob("*.json")) == memo_entries, "the kernel ran memoized calls again instead of reusing the page's results"
 
-    blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs[0]) if b.kind == "exec"]
+    blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs.blocks) if b.kind == "exec"]
     cells = _exec_cells(notebook)
     assert len(cells) == len(blocks)
     for (block, output), cell in zip(blocks, cells):
@@ -169,4 +168,4 @@ def test_a_block_that_differs_in_the_kernel_is_caught(tmp_path):
     notebook = to_notebook(parse_page(page, "docs/p.md"), result.outputs)
     execute(notebook, tmp_path / "docs")
     (cell,) = _exec_cells(notebook)
-    assert printed(cell) != result.outputs[0][0].text
+    assert printed(cell) != result.outputs.blocks[0].text

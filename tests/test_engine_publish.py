@@ -11,9 +11,8 @@ from pathlib import Path
 
 import nbformat
 import pytest
-
+from fixture_sites import GOOD, build, command, environment, make_site
 from site_support import tree, until
-from test_engine_doors import GOOD, build, command, environment, make_site
 
 STRICT_FAILURES = {
     "a broken link": "\nSee [the missing page](missing.md).\n",

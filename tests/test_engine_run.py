@@ -1,13 +1,17 @@
 """The executor on small pages: outputs, figures, inline values, doctests and located errors."""
 from __future__ import annotations
 
+import random
 import textwrap
 
+import numpy as np
 import pytest
+import torch
 
 from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.config import SEED, Settings
 from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import Settings, execute_page
+from lessonlib.engine.page import execute_page
 from lessonlib.engine.render import figure_files
 
 PATH = "docs/fixture.md"
@@ -38,25 +42,32 @@ def test_blocks_share_one_namespace_and_stdout_stderr_are_shown():
         ```
         """
     )
-    blocks, _ = result.outputs
+    blocks = result.outputs.blocks
     assert blocks[0].text == "out\nerr\n"
     assert blocks[1].text == "42\n"
     assert "```python\nimport sys" in result.markdown and "python exec" not in result.markdown
     assert "42" in result.markdown
 
 
-def test_each_page_starts_from_the_same_seed():
-    page = "```python exec\nimport torch\nprint(torch.rand(3).tolist())\n```\n"
-    first, second = run(page).outputs[0][0].text, run(page).outputs[0][0].text
-    assert first == second
+def test_each_page_starts_from_the_seed_in_random_numpy_and_torch():
+    """Drawn here after seeding with SEED: two pages agreeing with each other would not do, since
+    every worker comes from one template, whose random state they would share unseeded."""
+    draw = "import random\nimport numpy as np\nimport torch\nprint(random.random(), np.random.rand(), torch.rand(2).tolist())"
+    printed = run(f"```python exec\n{draw}\n```\n").outputs.blocks[0].text
+    with torch.random.fork_rng(devices=[]):
+        state = random.getstate(), np.random.get_state()
+        random.seed(SEED), np.random.seed(SEED), torch.manual_seed(SEED)
+        expected = f"{random.random()} {np.random.rand()} {torch.rand(2).tolist()}\n"
+        random.setstate(state[0]), np.random.set_state(state[1])
+    assert printed == expected
 
 
 def test_workers_also_cap_the_processes_an_experiment_may_start():
     """`workers: 1` runs everything one process at a time; more workers than cores give each
     page every core, no more."""
     page = "```python exec\nimport os\nfrom lessonlib.device import cpus\nprint(cpus(), len(os.sched_getaffinity(0)))\n```\n"
-    one = run(page, workers=1).outputs[0][0].text.split()
-    many = run(page, workers=64).outputs[0][0].text.split()
+    one = run(page, workers=1).outputs.blocks[0].text.split()
+    many = run(page, workers=64).outputs.blocks[0].text.split()
     assert one[0] == "1"
     assert many[0] == many[1]
 
@@ -91,12 +102,12 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     ```
     """
     first, second = run(page), run(page)
-    figure = first.outputs[0][0].figures[0]
+    figure = first.outputs.blocks[0].figures[0]
     assert figure.alt == "A rising line."
     assert figure.svg.lstrip().startswith("<?xml") and "<svg" in figure.svg
     assert "Date" not in figure.svg
-    assert figure.svg == second.outputs[0][0].figures[0].svg
-    (name, svg), = figure_files(first.page, first.outputs[0]).items()
+    assert figure.svg == second.outputs.blocks[0].figures[0].svg
+    (name, svg), = figure_files(first.page, first.outputs.blocks).items()
     assert svg == figure.svg and name.startswith("figure-") and name.endswith(".svg")
     assert f'<img src="{name}" alt="A rising line.">' in first.markdown
 
@@ -270,7 +281,7 @@ def test_keep_going_gives_a_passing_page_the_same_outputs():
 
 def test_every_page_flushes_subnormals_to_zero():
     page = "```python exec\nimport torch\nprint((torch.tensor([1e-30]) * 1e-15).item())\n```\n"
-    assert run(page).outputs[0][0].text == "0.0\n"
+    assert run(page).outputs.blocks[0].text == "0.0\n"
 
 
 def test_check_blocks_run_in_place_and_are_shown_only_at_the_end_under_their_section():

@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from fixture_sites import GOOD, MKDOCS_YML, build, command, lessonlib_cli, make_site
+from site_support import can_mount_tmpfs, tree, with_cache_on_tmpfs
 
 from lessonlib.engine.cache import prune
+from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import Settings, execute_page
-
-from site_support import can_mount_tmpfs, tree, with_cache_on_tmpfs
-from test_engine_doors import GOOD, MKDOCS_YML, build, command, lessonlib_cli, make_site
+from lessonlib.engine.page import execute_page
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = [sys.executable, "-m", "mkdocs", "build", "--strict"]

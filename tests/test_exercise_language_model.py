@@ -13,13 +13,13 @@ import sys
 from pathlib import Path
 
 import nbformat
+import notebook_cells
 import pytest
 import torch
 from nbclient.exceptions import CellExecutionError
+from notebook_cells import tagged, text
 from torch.nn import functional as F
 
-import notebook_cells
-from notebook_cells import tagged, text
 from lessonlib.exercises import language_model as exercise
 from lessonlib.experiments import language_model as lm
 

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import nbformat
+import notebook_cells
 import pytest
 from nbclient.exceptions import CellExecutionError
-from test_exercise_notebook import execute, load, solution_code, tagged
+from notebook_cells import solution_code, tagged
 
 from lessonlib.exercises import attention as exercise
 from lessonlib.models.attention import dot_product_attention
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-attention.ipynb"
 
 
 def part_two_solution(nb: nbformat.NotebookNode) -> str:
@@ -35,7 +39,7 @@ def reference(q, k, mask=None):
 
 def solution(q, k, mask=None):
     namespace: dict = {}
-    exec(part_two_solution(load()), namespace)
+    exec(part_two_solution(notebook_cells.load(NOTEBOOK)), namespace)
     return namespace["attend"](q, k, mask)
 
 
@@ -100,7 +104,7 @@ def test_check_mask_raises_with_plain_message():
 
 def test_notebook_stops_at_the_mask_checker_with_the_reason():
     # the part-two cells alone (set-up, the reader's attend, its checker): no training needed
-    nb = load()
+    nb = notebook_cells.load(NOTEBOOK)
     setup = next(c for c in nb.cells if c.cell_type == "code")
     wrong = tagged(nb, "exercise-mask")
     wrong.source = (
@@ -113,22 +117,22 @@ def test_notebook_stops_at_the_mask_checker_with_the_reason():
         "    return weights @ encoder_outputs, weights\n")
     nb.cells = [setup, wrong, tagged(nb, "check-mask")]
     with pytest.raises(CellExecutionError) as info:
-        execute(nb)
+        notebook_cells.execute(nb, NOTEBOOK.parent)
     assert info.value.ename == "AttentionCheckError"
     assert "after the softmax" in str(info.value)
 
 
 def test_unsolved_part_two_stops_at_its_checker():
-    nb = load()
+    nb = notebook_cells.load(NOTEBOOK)
     setup = next(c for c in nb.cells if c.cell_type == "code")
     nb.cells = [setup, tagged(nb, "exercise-mask"), tagged(nb, "check-mask")]
     with pytest.raises(CellExecutionError) as info:
-        execute(nb)
+        notebook_cells.execute(nb, NOTEBOOK.parent)
     assert "still the stub" in str(info.value)
 
 
 def test_published_training_budget_is_what_the_notebook_prints():
-    nb = load()
+    nb = notebook_cells.load(NOTEBOOK)
     text = "".join(c.source for c in nb.cells)
     assert "exercise.describe_training()" in text
     # no configuration number typed in the notebook's prose: the code states or prints it

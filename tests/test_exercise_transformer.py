@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 
 import nbformat
+import notebook_cells
 import pytest
 import torch
 from nbclient.exceptions import CellExecutionError
-
 from notebook_cells import tagged, text
 
-import notebook_cells
 from lessonlib.exercises import transformer as exercise
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-transformer.ipynb"

@@ -7,12 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-import torch
-
-import script_modules
-
 import page_runs  # found through script_modules, which puts scripts/ on the path
+import pytest
+import script_modules
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check"

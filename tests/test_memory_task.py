@@ -6,7 +6,6 @@ import pytest
 import torch
 from torch.nn.functional import cross_entropy
 
-from lessonlib.models.batched_rnn import BatchedRNNClassifier
 from lessonlib.experiments import memory_task
 from lessonlib.experiments.memory_task import (
     CLUES,
@@ -21,6 +20,7 @@ from lessonlib.experiments.memory_task import (
     train_seeds,
     validation_set,
 )
+from lessonlib.models.batched_rnn import BatchedRNNClassifier
 
 
 def test_batch_label_is_the_first_token_and_the_rest_is_noise(device):

@@ -8,7 +8,8 @@ Screenshots land in test-artifacts/screenshots/.
 
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
 theirs: <html data-lessonlib-ready="/path/"> (docs/javascripts/a11y.js, on every page view,
-instant navigation included) and data-walkthrough-ready on each walkthrough widget.
+instant navigation included), data-walkthrough-ready on each walkthrough widget and
+data-exploration-ready on each exploration (docs/javascripts/exploration.js).
 """
 from __future__ import annotations
 
@@ -62,7 +63,8 @@ def browser():
 
 
 READY = """path => document.documentElement.dataset.lessonlibReady === path
-    && [...document.querySelectorAll('.lstm-walkthrough')].every(w => w.dataset.walkthroughReady)"""
+    && [...document.querySelectorAll('.lstm-walkthrough')].every(w => w.dataset.walkthroughReady)
+    && [...document.querySelectorAll('.lessonlib-exploration')].every(e => e.dataset.explorationReady)"""
 
 
 class Reader:
@@ -85,8 +87,8 @@ class Reader:
         return self.page
 
     def wait_ready(self) -> None:
-        """The page on view (after instant navigation too) is set up: a11y.js and every
-        walkthrough widget have marked it."""
+        """The page on view (after instant navigation too) is set up: a11y.js, every
+        walkthrough widget and every exploration have marked it."""
         self.page.wait_for_function(READY, arg=urlparse(self.page.url).path)
 
     def close(self) -> None:
@@ -345,3 +347,160 @@ def test_walkthrough_works_after_instant_navigation(reader, base_url):
     page.click(".lstm-walkthrough button[data-action=next]")
     expect_step(page, 2)
     assert not reader.errors, reader.errors
+
+
+# Explorations (lessonlib/figures/exploration.py): where each is, by its control's label, and the
+# keys that move it (a range input and a radio group take the arrow keys natively).
+EXPLORATIONS = {
+    "radius": ("lessons/sequences-to-attention/", "Spectral radius of W_h"),
+    "forget-bias": ("lessons/sequences-to-attention/", "Forget-gate bias"),
+    "query": ("lessons/transformer/", "Query (position)"),
+    "causal-mask": ("lessons/transformer/", "Causal mask"),
+    "authors-example": ("writing-lessons/", "Power"),
+}
+
+
+def test_every_exploration_is_listed(site):
+    """Each exploration the site has is driven below: a new one must be added to EXPLORATIONS."""
+    import html
+
+    found = set()
+    for page in site.path.rglob("index.html"):
+        path = "" if page.parent == site.path else page.parent.relative_to(site.path).as_posix() + "/"
+        for name in re.findall(r'class="lessonlib-exploration__label"[^>]*>([^<]*)<', page.read_text()):
+            found.add((path, html.unescape(name)))
+    assert found == set(EXPLORATIONS.values())
+
+
+def exploration(page, control: str):
+    label = page.locator(".lessonlib-exploration__label", has_text=re.compile(f"^{re.escape(control)}$"))
+    return page.locator(".lessonlib-exploration", has=label)
+
+
+def exploration_state(root) -> dict:
+    """What a reader gets now: the frame on view (its image and alt text), the announcement, the control."""
+    return root.evaluate(
+        """root => {
+        const hash = text => [...text].reduce((h, c) => Math.imul(h ^ c.charCodeAt(0), 16777619) >>> 0, 2166136261);
+        const visible = [...root.querySelectorAll('.lessonlib-exploration__frame')]
+            .filter(f => getComputedStyle(f).display !== 'none');
+        const img = visible.length === 1 ? visible[0].querySelector('img') : null;
+        const range = root.querySelector('input[type=range]');
+        const checked = root.querySelector('input[type=radio]:checked');
+        return {frames: root.querySelectorAll('.lessonlib-exploration__frame').length, shown: visible.length,
+                frame: root.dataset.frame, label: visible.length === 1 ? visible[0].dataset.label : null,
+                alt: img && img.alt, src: img && hash(img.src), width: img && img.naturalWidth,
+                status: root.querySelector('.lessonlib-exploration__status').textContent,
+                valuetext: range && range.getAttribute('aria-valuetext'),
+                checked: checked && checked.parentElement.textContent.trim(),
+                focused: root.contains(document.activeElement) && document.activeElement.matches('input')};
+    }"""
+    )
+
+
+def tab_into(page, root) -> None:
+    """By keyboard: open the collapsed block the exploration sits in (Enter on its summary), then
+    from the last stop before the control press Tab once; the control must take the focus."""
+    if root.evaluate("r => !!r.closest('details:not([open])')"):
+        page.evaluate("r => r.closest('details').querySelector('summary').focus()", root.element_handle())
+        page.keyboard.press("Enter")
+        page.wait_for_function("r => r.closest('details').open", arg=root.element_handle())
+    page.evaluate(
+        """root => {
+        const control = root.querySelector('input[type=range], input[type=radio]:checked');
+        const stops = [...document.querySelectorAll('a[href], button, input, summary, [tabindex]')].filter(e =>
+            e.tabIndex >= 0 && e.getClientRects().length && !root.contains(e)
+            && (e.compareDocumentPosition(control) & Node.DOCUMENT_POSITION_FOLLOWING));
+        stops[stops.length - 1].focus();
+    }""",
+        root.element_handle(),
+    )
+    page.keyboard.press("Tab")
+    assert exploration_state(root)["focused"], "Tab does not reach the exploration's control"
+
+
+@pytest.mark.parametrize("which", EXPLORATIONS)
+def test_exploration_moves_by_keyboard_alone(reader, base_url, which):
+    from playwright.sync_api import expect
+
+    path, control = EXPLORATIONS[which]
+    page = reader.open(base_url + path)
+    root = exploration(page, control)
+    first = exploration_state(root)
+    assert first["frames"] >= 2 and first["shown"] == 1 and first["width"] > 0, first
+    assert first["status"] == "", "nothing is announced before the reader moves it"
+    tab_into(page, root)
+    start = int(first["frame"])
+    forward = start + 1 if start + 1 < first["frames"] else start - 1
+    page.keyboard.press("ArrowRight" if forward > start else "ArrowLeft")
+    expect(root).to_have_attribute("data-frame", str(forward))
+    moved = exploration_state(root)
+    assert moved["shown"] == 1 and moved["width"] > 0, moved
+    assert moved["alt"] and moved["alt"] != first["alt"] and moved["src"] != first["src"], "the figure changes"
+    assert moved["label"] in moved["status"] and moved["alt"] in moved["status"], "the new state is announced"
+    assert moved["label"] in (moved["valuetext"] or moved["checked"]), "the control says the state"
+    visited = {first["alt"], moved["alt"]}
+    for key in ("End", "Home") if first["valuetext"] is not None else ("ArrowRight", "ArrowRight"):
+        page.keyboard.press(key)
+        state = exploration_state(root)
+        assert state["shown"] == 1 and state["status"].endswith(state["alt"]), state
+        visited.add(state["alt"])
+    assert len(visited) >= min(3, first["frames"]) or first["frames"] == 2, visited
+    assert not reader.errors, reader.errors
+
+
+def test_explorations_are_their_frames_without_javascript(new_reader, base_url):
+    page = new_reader(java_script_enabled=False).page
+    for path in sorted({path for path, _ in EXPLORATIONS.values()}):
+        page.goto(base_url + path)
+        for which, (where, control) in EXPLORATIONS.items():
+            if where != path:
+                continue
+            root = exploration(page, control)
+            root.evaluate("r => { const d = r.closest('details'); if (d) d.open = true; }")
+            state = root.evaluate(
+                """r => ({frames: [...r.querySelectorAll('.lessonlib-exploration__frame')].map(f => ({
+                    shown: f.getClientRects().length > 0, alt: f.querySelector('img').alt,
+                    label: f.querySelector('.lessonlib-exploration__frame-label').textContent})),
+                    control: r.querySelector('.lessonlib-exploration__controls').getClientRects().length > 0})"""
+            )
+            assert not state["control"], f"{which}: a control that does nothing without JavaScript"
+            assert len(state["frames"]) >= 2 and all(f["shown"] and f["alt"] for f in state["frames"]), which
+            assert len({f["alt"] for f in state["frames"]}) == len(state["frames"]), f"{which}: one finding per frame"
+            assert all(f["label"].startswith(control + ": ") for f in state["frames"]), which
+
+
+def test_exploration_works_after_instant_navigation(reader, base_url):
+    path, control = EXPLORATIONS["query"]
+    page = reader.open(base_url + path)
+    page.evaluate("window.__no_reload = true")
+    page.click("a.md-footer__link--prev")
+    reader.wait_ready()
+    page.click("a.md-footer__link--next")
+    page.wait_for_url(base_url + path)
+    reader.wait_ready()
+    assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
+    root = exploration(page, control)
+    before = exploration_state(root)
+    tab_into(page, root)
+    page.keyboard.press("ArrowRight")
+    assert exploration_state(root)["alt"] != before["alt"]
+    assert not reader.errors, reader.errors
+
+
+def test_explorations_print_every_frame(reader, base_url):
+    """In print the control is gone and every frame is there, each with its label, as without JavaScript."""
+    path = EXPLORATIONS["causal-mask"][0]
+    page = reader.open(base_url + path)
+    page.emulate_media(media="print")
+    for which, (where, control) in EXPLORATIONS.items():
+        if where != path:
+            continue
+        root = exploration(page, control)
+        state = root.evaluate(
+            """r => ({shown: [...r.querySelectorAll('.lessonlib-exploration__frame')].map(f => f.getClientRects().length > 0),
+                labels: [...r.querySelectorAll('.lessonlib-exploration__frame-label')].map(l => l.getClientRects().length > 0),
+                control: r.querySelector('.lessonlib-exploration__controls').getClientRects().length > 0})"""
+        )
+        assert not state["control"] and len(state["shown"]) >= 2, which
+        assert all(state["shown"]) and all(state["labels"]), which

@@ -8,7 +8,12 @@ import torch
 from torch.testing import assert_close
 
 from lessonlib.figures.walkthrough import (
-    HIDDEN_SIZE, Step, lstm_walkthrough_steps, number, walkthrough_example, walkthrough_html,
+    HIDDEN_SIZE,
+    Step,
+    lstm_walkthrough_steps,
+    number,
+    walkthrough_example,
+    walkthrough_html,
 )
 
 F64 = torch.float64

@@ -6,11 +6,10 @@ disabled as well: only block tokens are read.
 """
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from dataclasses import dataclass, field
-
-from markdown_it import MarkdownIt
 
 from lessonlib.engine import options as checks
 from lessonlib.engine.errors import LessonError, SetupError
@@ -18,7 +17,6 @@ from lessonlib.engine.errors import LessonError, SetupError
 FLAGS = {"check", "hide-code", "hide-output", "html", "timing"}
 KEYED = {"alt", "caption", "timeout"}
 
-_md = MarkdownIt("commonmark").disable(["code", "inline"])
 # Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
 # an inline value is a single-backtick span `{py} expr` or `{py} expr:spec`, and a deliberate
 # literal in prose (a year, "Figure 2") is `{lit} text`, shown as plain text.
@@ -74,11 +72,18 @@ class ParsedPage:
         return bool(self.blocks or self.inlines)
 
 
+@functools.cache
+def _markdown():  # made on first use: a warm build takes its parsed pages from the cache
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").disable(["code", "inline"])
+
+
 def parse_page(text: str, path: str) -> ParsedPage:
     lines = text.splitlines(keepends=True)
     prose = [True] * len(lines)
     blocks = []
-    for token in _md.parse(text):
+    for token in _markdown().parse(text):
         if token.type != "fence" or token.map is None:
             continue
         start, end = token.map

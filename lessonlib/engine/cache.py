@@ -1,8 +1,11 @@
 """Page cache, two-level like ccache's direct mode: never keyed on prose, never on file times.
 
 The static key covers the page's path, its blocks and their options, its inline expressions,
-and the environment (every installed distribution, the Python version, the engine's sources,
-the device and the seed). The entry under it holds the outputs and the manifest of what the run
+and the environment (every installed distribution, the Python version, the device, the seed and
+FORMAT). The engine's code is not in it: the worker-side modules a page ran with are inputs in
+its manifest, like any project module, and the build-side ones (plugin, render, notebook, the
+HTML and search memos, pool, page) change no stored result; what they store themselves is keyed
+on their own code (source_fingerprint). The entry under it holds the outputs and the manifest of what the run
 actually read (lessonlib.engine.inputs); a lookup hits only if every recorded input is
 unchanged. Entries carry a checksum, are written atomically and exist only for complete,
 successful runs. Nothing here imports torch.
@@ -12,9 +15,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
 import hashlib
 import json
 import os
+import pickle
 import platform
 import re
 import tempfile
@@ -24,8 +29,8 @@ from importlib.metadata import distributions
 from pathlib import Path
 from typing import IO
 
-from lessonlib.engine import SEED
-from lessonlib.engine.blocks import ParsedPage
+from lessonlib.engine.blocks import ParsedPage, parse_page
+from lessonlib.engine.config import DEVICE, SEED
 from lessonlib.engine.errors import SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs
@@ -36,12 +41,18 @@ ENGINE = Path(__file__).parent
 
 def environment_fingerprint() -> str:
     """What every page depends on besides its own inputs: installed versions, Python, the
-    engine's own code, the device and the seed."""
+    device, the seed and the cache's format."""
     facts = [FORMAT, platform.python_version(), platform.machine(), installed(),
-             os.environ.get("LESSONLIB_DEVICE", "cpu"), SEED]
-    h = hashlib.sha256(json.dumps(facts).encode())
-    for path in sorted(ENGINE.glob("*.py")):
-        h.update(path.name.encode() + path.read_bytes())
+             os.environ.get(DEVICE, "cpu"), SEED]
+    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
+
+
+def source_fingerprint(*modules: str) -> str:
+    """The code of these engine modules (by name, e.g. "notebook"): the key of what a
+    build-side module keeps between builds, so that editing it renders afresh."""
+    h = hashlib.sha256()
+    for name in modules:
+        h.update(name.encode() + (ENGINE / f"{name}.py").read_bytes())
     return h.hexdigest()
 
 
@@ -66,6 +77,35 @@ def page_key(page: ParsedPage, environment: str) -> str:
     blocks = [[b.kind, b.code, sorted(b.options.items())] for b in page.blocks]
     inline = [i.source for i in page.inlines]
     return hashlib.sha256(json.dumps([page.path, blocks, inline, environment]).encode()).hexdigest()
+
+
+PARSER = ("blocks", "options", "errors")  # the engine modules a parsed page comes from
+
+
+def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:
+    """parse_page, kept per page path in `store` while the text and the parser are the same:
+    parsing, and loading the Markdown parser for it, was a third of a warm build's own work.
+    Raises the page's LessonError, which is not kept, and OSError if the store cannot be written."""
+    if store is None:
+        return parse_page(text, path)
+    version = hashlib.sha256(json.dumps([path, text, _parser_code()]).encode()).hexdigest()
+    file = store / f"{path_name(path)}.pkl"
+    try:
+        head, body = file.read_bytes().split(b"\n", 1)
+        if head == version.encode():
+            page = pickle.loads(body)  # noqa: S301 (the cache's own file, like the memo's results)
+            if isinstance(page, ParsedPage):
+                return page
+    except Exception:  # noqa: BLE001 (absent, cut short or damaged, in whatever way: parse again)
+        pass
+    page = parse_page(text, path)
+    write_atomically(file, version.encode() + b"\n" + pickle.dumps(page))
+    return page
+
+
+@functools.cache
+def _parser_code() -> str:
+    return source_fingerprint(*PARSER)
 
 
 @dataclass
@@ -101,7 +141,7 @@ class PageCache:
             blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]])
                       for b in payload["blocks"]]
             touch(path)
-            return Entry((blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
+            return Entry(PageOutputs(blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
@@ -109,7 +149,7 @@ class PageCache:
             return None
 
     def store(self, key: str, entry: Entry) -> None:
-        blocks, inline = entry.outputs
+        blocks, inline = entry.outputs.blocks, entry.outputs.values
         payload = {"blocks": [asdict(b) for b in blocks], "inline": inline,
                    "manifest": entry.manifest.to_json()}
         write_atomically(self.root / f"{key}.json", json.dumps({"checksum": _checksum(payload), "payload": payload}))
@@ -124,7 +164,7 @@ def prune(root: Path, limit_mb: float, since: float) -> int:
     until the cache holds at most `limit_mb`; never one used at or after `since` (this build's
     start). Returns how many were dropped. Safe beside other builds: a dropped entry is a miss."""
     units: dict[Path, list[os.stat_result]] = {}
-    for folder in ("pages", "memo", "seconds", "notebooks"):
+    for folder in ("pages", "memo", "seconds", "notebooks", "parsed"):
         for path in (root / folder).glob("*"):
             with contextlib.suppress(FileNotFoundError):  # another build's prune took it
                 if path.suffix == ".tmp" and _abandoned(path, since):
@@ -206,15 +246,15 @@ def file_lock(path: Path, wait: bool = True) -> IO | None:
     return handle
 
 
-def write_atomically(path: Path, text: str | bytes) -> None:
+def write_atomically(path: Path, data: str | bytes) -> None:
     """Write aside, then rename: readers and concurrent builds only ever see whole files.
     The file gets the usual permissions (the umask's), not mkstemp's owner-only ones: files
     written into the site must be readable by the web server that serves it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_beside(path)
     try:
-        with open(tmp, "xb") if isinstance(text, bytes) else open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "xb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -7,7 +7,8 @@ class LessonError(Exception):
     """A failure located in a lesson: ``docs/PATH.md:LINE: message`` then optional detail.
     `outputs_before`: what the blocks that finished before it printed (BlockOutput each)."""
 
-    def __init__(self, path: str, line: int, message: str, detail: str = "", outputs_before: list | None = None) -> None:
+    def __init__(self, path: str, line: int, message: str, detail: str = "",
+                 outputs_before: list | None = None) -> None:
         self.path, self.line, self.message, self.detail = path, line, message, detail
         self.outputs_before = list(outputs_before or [])
         super().__init__(str(self))

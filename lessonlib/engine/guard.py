@@ -1,7 +1,8 @@
-"""Imported first in the forkserver (and only there: importing it installs it), the process the page workers are forked from (see
-lessonlib.engine.pool): it ends every process under it, workers and whatever their pages
-started, when the build ends in any way (SIGKILL included: the kernel tells it), or when it is
-sent SIGTERM or SIGHUP, then exits. It is their subreaper, so none escapes by a new session.
+"""Imported first in the forkserver (and only there: importing it installs it), the process the
+page workers are forked from (see lessonlib.engine.pool): it ends every process under it,
+workers and whatever their pages started, when the build ends in any way (SIGKILL included:
+the kernel tells it), or when it is sent SIGTERM or SIGHUP, then exits. It is their
+subreaper, so none escapes by a new session.
 
 In each worker forked from it, the signals are theirs again and lessonlib's modules leave
 sys.modules: a worker imports the project's code itself, fresh, so none is stale (mkdocs serve
@@ -14,6 +15,7 @@ import signal
 import sys
 
 from lessonlib.engine import lifetime
+from lessonlib.engine.config import BUILD_PID
 
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -34,6 +36,6 @@ for _sig in _SIGNALS:
     signal.signal(_sig, _end_everything)
 lifetime.become_subreaper()
 lifetime.signal_when_parent_dies(signal.SIGTERM)
-if os.environ.get(lifetime.BUILD_PID) not in (None, str(os.getppid())):  # the build died before that was set
+if os.environ.get(BUILD_PID) not in (None, str(os.getppid())):  # the build died before that was set
     _end_everything(signal.SIGTERM, None)
 os.register_at_fork(after_in_child=_in_a_worker)

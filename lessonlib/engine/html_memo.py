@@ -3,10 +3,11 @@ highlighted code (Pygments, through pymdownx.highlight), MathML (latex2mathml) a
 search_memo, Material's search entries. They took a third of a warm build's time, every build,
 for code and formulas that had not changed.
 
-An entry is keyed on its source and on everything that renders it: the options, and the
-versions of the packages that do the rendering; never on file times. The memo is one file, read
-once per build and rewritten at its end when the build rendered something new, without the
-entries that none of the last few builds used: it holds a few builds' worth and no more.
+An entry is keyed on its source and on everything that renders it: the options, the versions
+of the packages that do the rendering and the engine modules that call them; never on file
+times. The memo is one file, read once per build and rewritten at its end when the build
+rendered something new, without the entries that none of the last few builds used: it holds a
+few builds' worth and no more.
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ from typing import Any
 
 from pymdownx.highlight import Highlight, HighlightExtension
 
-from lessonlib.engine.cache import write_atomically
+from lessonlib.engine.cache import source_fingerprint, write_atomically
 
 RENDERERS = ("Pygments", "pymdown-extensions", "latex2mathml")
+OWN_CODE = ("html_memo", "mathml", "search_memo")  # the engine modules whose HTML it keeps
 
 
 class HtmlMemo:
@@ -34,7 +36,7 @@ class HtmlMemo:
 
     def __init__(self, path: Path | None) -> None:
         self.path = path  # None: remember within this build only
-        self.renderers = [version(name) for name in RENDERERS]
+        self.renderers = [*(version(name) for name in RENDERERS), source_fingerprint(*OWN_CODE)]
         self.generation, self.entries = _load(path)  # key -> [generation last used, html]
         self.used: set[str] = set()
         self.added = False

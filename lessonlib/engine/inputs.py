@@ -42,6 +42,11 @@ NEVER_INPUTS = {".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_ca
 _EDITOR_FILE = re.compile(r"\..*\.sw[a-p]|.*~|#.*#|\.#.*")
 
 
+# Engine modules a page's process imports that are keyed otherwise: the config's seed is in
+# every key (the environment fingerprint), and the rest of it configures the build, not a result.
+_KEYED_ELSEWHERE = {str(Path(__file__).resolve().with_name("config.py"))}
+
+
 def never_an_input(name: str) -> bool:
     """A file or folder name that is never a project input."""
     return name in NEVER_INPUTS or _EDITOR_FILE.fullmatch(name) is not None
@@ -115,13 +120,18 @@ class Manifest:
     probes: dict[str, str | None] = field(default_factory=dict)
     env: dict[str, str | None] = field(default_factory=dict)
 
-    def changed(self, root: str | Path) -> str | None:
-        """The first input that differs now in the checkout at `root`, in words (None if none)."""
+    def changed(self, root: str | Path, now: dict[tuple[str, str], str | None] | None = None) -> str | None:
+        """The first input that differs now in the checkout at `root`, in words (None if none).
+        `now`: fingerprints taken a moment ago, shared by the manifests checked together (the
+        pages of one build read many of the same modules)."""
         root = str(root)
+        now = {} if now is None else now
         for kind in KINDS:
             for name, recorded in getattr(self, kind).items():
                 where = name if kind == "env" else absolute(name, root)
-                if FINGERPRINT[kind](where, root) != recorded:
+                if (kind, where) not in now:
+                    now[(kind, where)] = FINGERPRINT[kind](where, root)
+                if now[(kind, where)] != recorded:
                     return f"{_WORDS[kind]} {name} changed"
         return None
 
@@ -190,7 +200,8 @@ class Recorder:
         return filename in self.code_files or (os.path.isabs(filename) and self.watches(filename))
 
     def _project_modules(self) -> list[str]:
-        return [f for f in map(_module_file, list(sys.modules.values())) if f and self.watches(f)]
+        return [f for f in map(_module_file, list(sys.modules.values()))
+                if f and self.watches(f) and f not in _KEYED_ELSEWHERE]
 
 
 def note(manifest: Manifest) -> None:

@@ -15,7 +15,6 @@ import sys
 
 import psutil
 
-BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build while it starts the forkserver, for its guard
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 

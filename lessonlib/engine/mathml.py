@@ -4,7 +4,9 @@ Markdown did not recognise as math is found, so that no reader sees raw `$...$`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import html
+import json
 import re
 
 from lessonlib.engine.html_memo import HtmlMemo
@@ -24,7 +26,9 @@ def to_mathml(page_html: str, memo: HtmlMemo | None = None) -> str:
 
 
 def _convert(tex: str, display: str) -> str:
-    from latex2mathml.converter import convert  # here: a warm build takes its math from the memo
+    from latex2mathml.converter import (
+        convert,  # here: a warm build takes its math from the memo
+    )
 
     return convert(tex, display=display)
 
@@ -40,10 +44,17 @@ _TOKEN = re.compile(r"<(code|pre|script|style|kbd|samp)\b[^>]*>.*?</\1\s*>|<math
 _TAG = re.compile(r"<[^>]*>")
 
 
-def leftover_tex(page_html: str) -> list[str]:
+def leftover_tex(page_html: str, memo: HtmlMemo | None = None) -> list[str]:
     """Raw TeX a reader would see, in a page whose math is rendered (to_mathml): e.g. "$n = $ 768"
     (a `$` after a space does not close math), or a command inside a formula that has no MathML.
     Text is read between tags, so a match never spans one."""
+    if memo is None:
+        return _leftover_tex(page_html)
+    digest = hashlib.sha256(page_html.encode()).hexdigest()  # the key, not the page's whole text
+    return json.loads(memo.get("leftover-tex", digest, lambda: json.dumps(_leftover_tex(page_html))))
+
+
+def _leftover_tex(page_html: str) -> list[str]:
     leaks: list[str] = []
     start = 0
     for token in _TOKEN.finditer(page_html):

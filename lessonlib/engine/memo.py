@@ -2,12 +2,12 @@
 
 A call is looked up by the function and what it carries (its code, not its line numbers; its
 defaults, closure cells, bound self, partial arguments: lessonlib.engine.fingerprint) and its
-arguments; a callable or an argument that cannot be fingerprinted is refused. The stored result is used only while everything the call reached is unchanged:
-recorded during the run that produced it, like a page's inputs (lessonlib.engine.inputs) —
-the project modules whose code ran (with the project modules they reference, which covers work
-sent to worker processes), the page's functions it called (by code), the page's globals those
-read (by value), the files and folders it read and the environment variables the project's
-code read.
+arguments; a callable or an argument that cannot be fingerprinted is refused. The stored result
+is used only while everything the call reached is unchanged, as recorded during the run that
+produced it, like a page's inputs (lessonlib.engine.inputs): the project modules whose code ran
+(with the project modules they reference, which covers work sent to worker processes), the
+page's functions it called (by code), the page's globals those read (by value), the files and
+folders it read and the environment variables the project's code read.
 
 A memoized call always starts from seed 0 and leaves the caller's random state as it found it,
 so a hit and a miss leave every later random draw, and so every later output, the same.
@@ -35,10 +35,21 @@ from typing import Any, TypeVar
 import joblib
 import numpy as np
 
-from lessonlib.engine import SEED
-from lessonlib.engine.cache import (cache_errors, environment_fingerprint, file_lock, temporary_beside, touch,
-                                    write_atomically)
-from lessonlib.engine.fingerprint import Unfingerprintable, callable_fingerprint, value_fingerprint
+from lessonlib.engine.cache import (
+    cache_errors,
+    environment_fingerprint,
+    file_lock,
+    source_fingerprint,
+    temporary_beside,
+    touch,
+    write_atomically,
+)
+from lessonlib.engine.config import CACHE_DIR, SEED
+from lessonlib.engine.fingerprint import (
+    Unfingerprintable,
+    callable_fingerprint,
+    value_fingerprint,
+)
 from lessonlib.engine.inputs import Manifest, Recorder, note
 
 F = TypeVar("F", bound=Callable)
@@ -55,6 +66,8 @@ class MemoStore:
     environment: str = field(default_factory=environment_fingerprint)
 
 
+# What a key means: the code that makes it. Editing the rest of the engine keeps every result.
+_OWN_CODE = source_fingerprint("memo", "fingerprint")
 _store: ContextVar[MemoStore | None] = ContextVar("memo_store", default=None)
 _locking: ContextVar[bool] = ContextVar("memo_locking", default=False)  # inside a locked call
 
@@ -81,11 +94,12 @@ def memo_store(store: MemoStore | None) -> Iterator[None]:
 
 
 def _store_from_environment() -> MemoStore | None:
-    cache = os.environ.get("LESSONLIB_CACHE_DIR")
+    cache = os.environ.get(CACHE_DIR)
     if not cache:
         return None
     main, cache_dir = sys.modules.get("__main__"), Path(cache).resolve()
-    return MemoStore(cache_dir / "memo", _package_root(), [_package_root()], [cache_dir], getattr(main, "__dict__", None))
+    return MemoStore(cache_dir / "memo", _package_root(), [_package_root()], [cache_dir],
+                     getattr(main, "__dict__", None))
 
 
 def _package_root() -> Path:
@@ -112,7 +126,8 @@ def _seeded_and_restored() -> Iterator[None]:
 
 def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
     name = callable_name(func)
-    key = hashlib.sha256(json.dumps([name, *_fingerprints(name, func, args, kwargs), store.environment]).encode()).hexdigest()
+    facts = [name, *_fingerprints(name, func, args, kwargs), store.environment, _OWN_CODE]
+    key = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
     entry_path, result_path = store.root / f"{key}.json", store.root / f"{key}.pkl"
     stored = _MISSING if store.refresh else _stored_result(store, entry_path, result_path)
     if stored is not _MISSING:
@@ -278,7 +293,8 @@ class _CodeTracer:
     def module_files(self) -> list[str]:
         """Project files whose code ran, and the project modules those reference (what their code
         can run elsewhere, e.g. in worker processes)."""
-        files = {c.co_filename for c in self.codes if os.path.isabs(c.co_filename) and self.recorder.watches(c.co_filename)}
+        files = {c.co_filename for c in self.codes
+                 if os.path.isabs(c.co_filename) and self.recorder.watches(c.co_filename)}
         by_file = {os.path.abspath(m.__file__): m for m in list(sys.modules.values())
                    if isinstance(getattr(m, "__file__", None), str)}
         pending = list(files)

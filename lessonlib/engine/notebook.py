@@ -25,11 +25,17 @@ from urllib.parse import urlsplit
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import Block, ParsedPage
-from lessonlib.engine.cache import cache_errors, path_name, write_atomically
+from lessonlib.engine.cache import (
+    cache_errors,
+    path_name,
+    source_fingerprint,
+    write_atomically,
+)
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
 from lessonlib.engine.wheel import CONSTRAINTS
 
+OWN_CODE = ("notebook", "render", "blocks")  # the engine modules a notebook's text comes from
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
 # and the house figure style.
@@ -107,16 +113,17 @@ def colab_url(site_url: str, repo_url: str, branch: str, path: str) -> str | Non
 
 def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path | None,
                   install: Install | None = None) -> str:
-    """The page's notebook as written to disk, with `install`'s cell first. Building it is most of a warm build's own work,
-    so with a `store` folder the text written last time for this page is reused while its cache
-    key (code, engine, versions), its text and its outputs are the same. One file per page,
-    replaced when anything changes. Not validated here (v4.writes, not nbformat.writes): the
-    schema alone took longer to load than the notebook to build, and nbformat.writes only logs
-    what it finds; the tests validate every exported notebook."""
+    """The page's notebook as written to disk, with `install`'s cell first. Building it is most
+    of a warm build's own work, so with a `store` folder the text written last time for this
+    page is reused while its cache key (code, versions), the code that exports it, its text and
+    its outputs are the same. One file per page, replaced when anything changes. Not validated
+    here (v4.writes, not nbformat.writes): the schema alone took longer to load than the notebook
+    to build, and nbformat.writes only logs what it finds; the tests validate every exported
+    notebook."""
     if store is None:
         return v4.writes(to_notebook(page, outputs, install))
-    blocks, values = outputs
-    facts = [key, "".join(page.lines), [asdict(b) for b in blocks], values, asdict(install) if install else None]
+    facts = [key, source_fingerprint(*OWN_CODE), "".join(page.lines), asdict(outputs),
+             asdict(install) if install else None]
     version = hashlib.sha256(json.dumps(facts).encode()).hexdigest()
     path = store / f"{path_name(page.path)}.ipynb"
     try:
@@ -139,7 +146,7 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install 
     """Inline values are filled in and block outputs attached when the page has run. With
     `install`, the notebook starts with the install cell (one for a kernel that has lessonlib
     already, as the tests run it in this checkout, has none)."""
-    blocks_out, values = outputs if outputs else (None, None)
+    blocks_out, values = (outputs.blocks, outputs.values) if outputs else (None, None)
     cells = [install_cell(install)] if install else []
     cells.append(_code(SETUP, "setup"))
     prose: list[str] = []

@@ -33,4 +33,7 @@ class BlockOutput:
         return len(self.text.encode()) + sum(len(f.svg.encode()) for f in self.figures) + cells
 
 
-PageOutputs = tuple[list[BlockOutput], dict[str, str]]  # per-block outputs, inline values by source
+@dataclass
+class PageOutputs:
+    blocks: list[BlockOutput]  # one per block, in the page's order
+    values: dict[str, str]  # inline values, by their source (`{py} x:.2f` -> "x:.2f")

@@ -12,68 +12,34 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import lessonlib
 from lessonlib.device import cpus
-from lessonlib.engine import SEED, options
-from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.cache import (Entry, PageCache, cache_errors, environment_fingerprint, file_clock, page_key,
-                                    prune)
+from lessonlib.engine.blocks import ParsedPage
+from lessonlib.engine.cache import (
+    Entry,
+    PageCache,
+    cache_errors,
+    environment_fingerprint,
+    file_clock,
+    page_key,
+    parsed_page,
+    prune,
+)
+from lessonlib.engine.config import DEVICE, SEED, Settings
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
-from lessonlib.engine.pool import PageJob, Ran, Task, run_pages
 from lessonlib.engine.render import render
 
+if TYPE_CHECKING:
+    from lessonlib.engine.pool import PageJob, Ran, Task
+
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
-
-
-@dataclass(frozen=True)
-class Settings:
-    root: Path = field(default_factory=Path.cwd)  # the project: the folder of mkdocs.yml
-    timeout: float = 600.0  # seconds per block, unless the block says otherwise
-    cache_dir: Path | None = None  # None: neither read nor write a cache
-    execute: bool = True  # False: show the code, run nothing (LESSONLIB_EXECUTE=0)
-    refresh: bool = False  # run even on a cache hit, memoized experiments too (LESSONLIB_REFRESH=1)
-    workers: int = 0  # pages at once, and processes a page's experiments start; 0: one per core (LESSONLIB_WORKERS)
-    memory_limit_mb: float | None = None  # per page, its child processes included; None: no limit
-    output_limit_kb: float = 1024  # per block, text and figures
-    cache_limit_mb: float = 1024  # page entries and memoized results; the least recently used go first
-    keep_going: bool = False  # run a page on past a failed assert, then fail it naming every failed assert
-
-    def __post_init__(self) -> None:
-        """Raises SetupError, naming the option, for a value out of range."""
-        # Pages run in their own folders: every path the engine hands to a worker is absolute.
-        object.__setattr__(self, "root", Path(self.root).resolve())
-        if self.cache_dir is not None:
-            object.__setattr__(self, "cache_dir", Path(self.cache_dir).resolve())
-        checked = {
-            "timeout": options.positive("timeout", self.timeout, "seconds"),
-            "workers": options.whole_number("workers", self.workers),
-            "output_limit_kb": options.positive("output_limit_kb", self.output_limit_kb, "KB"),
-            "cache_limit_mb": options.at_least_zero("cache_limit_mb", self.cache_limit_mb, "MB"),
-        }
-        if self.memory_limit_mb is not None:
-            checked["memory_limit_mb"] = options.positive("memory_limit_mb", self.memory_limit_mb, "MB")
-        for name, value in checked.items():
-            object.__setattr__(self, name, value)
-
-    def with_environment(self) -> Settings:
-        """Apply the LESSONLIB_EXECUTE, LESSONLIB_REFRESH, LESSONLIB_CACHE_DIR and LESSONLIB_WORKERS
-        switches (a bad value is a SetupError naming the variable)."""
-        env = {name: os.environ.get(f"LESSONLIB_{name}", "") for name in ("CACHE_DIR", "WORKERS", "EXECUTE", "REFRESH")}
-        switches = {name: options.switch(f"LESSONLIB_{name}", env[name]) for name in ("EXECUTE", "REFRESH") if env[name]}
-        return replace(
-            self,
-            cache_dir=Path(env["CACHE_DIR"]) if env["CACHE_DIR"] else self.cache_dir,
-            execute=self.execute and switches.get("EXECUTE", True),
-            refresh=self.refresh or switches.get("REFRESH", False),
-            workers=options.whole_number("LESSONLIB_WORKERS", env["WORKERS"]) if env["WORKERS"] else self.workers,
-        )
 
 
 @dataclass
@@ -112,13 +78,15 @@ def execute_pages(sources: list[tuple[str, str]], settings: Settings,
     todo: list[tuple[int, ParsedPage]] = []
     for index, (text, path) in enumerate(sources):
         try:
-            page = parse_page(text, path)
+            with cache_errors(settings.cache_dir) if settings.cache_dir else contextlib.nullcontext():
+                page = parsed_page(text, path, settings.cache_dir / "parsed" if settings.cache_dir else None)
         except LessonError as e:
             results[index] = e
             continue
         folder = (settings.root / path).parent
         if page.executable and settings.execute and not folder.is_dir():
-            results[index] = LessonError(path, 1, f"the page's folder {folder} does not exist (it is its working directory)")
+            missing = f"the page's folder {folder} does not exist (it is its working directory)"
+            results[index] = LessonError(path, 1, missing)
         elif page.executable and settings.execute:
             todo.append((index, page))
         else:
@@ -150,9 +118,9 @@ class _Run:
     def _execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
         started = time.perf_counter()
         keys = {index: page_key(page, self.environment) for index, page in todo}
-        misses, locks = [], {}
+        misses, locks, now = [], {}, {}
         for index, page in todo:
-            hit = self._lookup(page, keys[index])
+            hit = self._lookup(page, keys[index], now)
             if hit is not None:
                 results[index] = hit
             else:
@@ -186,13 +154,13 @@ class _Run:
                 self._prune()
         self.report(_summary([results[i] for i, _ in todo], time.perf_counter() - started, self._workers(len(misses))))
 
-    def _lookup(self, page: ParsedPage, key: str) -> PageResult | None:
-        """A result from the cache if every recorded input is unchanged."""
+    def _lookup(self, page: ParsedPage, key: str, now: dict | None = None) -> PageResult | None:
+        """A result from the cache if every recorded input is unchanged (`now`: see Manifest.changed)."""
         started = time.perf_counter()
         entry = self.cache.load(key) if self.cache else None
         if entry is None:
             return None
-        changed = entry.manifest.changed(self.settings.root)
+        changed = entry.manifest.changed(self.settings.root, now)
         if changed or self.settings.refresh:
             if changed:
                 self.report(f"{page.path}: runs again: {changed}")
@@ -220,6 +188,11 @@ class _Run:
              results: list, total: int, again: bool = True) -> None:
         """Run the pages; one whose input changed while it ran runs once more (`again`), and
         is stored only from a run during which its inputs held still."""
+        from lessonlib.engine.pool import (  # here: a warm build starts no process
+            Task,
+            run_pages,
+        )
+
         tasks = [Task(self._job(page), page, self.settings.timeout) for _, page in claimed]
         index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
         workers = self._workers(len(tasks))
@@ -229,13 +202,14 @@ class _Run:
                 index = index_of[id(task)]
                 if isinstance(outcome, SetupError):
                     raise outcome
-                changed = outcome.manifest.changed(self.settings.root) if isinstance(outcome, Ran) else None
+                ran = not isinstance(outcome, LessonError)
+                changed = outcome.manifest.changed(self.settings.root) if ran else None
                 if changed and again:
                     self.report(f"[{done}/{total}] {task.page.path}: runs again: {changed} while it ran")
                     rerun.append((index, task.page))
                     continue
                 results[index] = self._outcome(task, outcome, keys[index], store=not changed)
-                self.report(f"[{done}/{total}] " + (results[index].summary if isinstance(outcome, Ran) else
+                self.report(f"[{done}/{total}] " + (results[index].summary if ran else
                                                     f"{task.page.path}: failed at line {outcome.line}")
                             + (f" (not cached: {changed} while it ran)" if changed else ""))
                 lock = locks.pop(index, None)
@@ -245,7 +219,7 @@ class _Run:
             self._run(rerun, keys, locks, results, total=len(rerun), again=False)
 
     def _outcome(self, task: Task, outcome: Ran | LessonError, key: str, store: bool) -> PageResult | LessonError:
-        if not isinstance(outcome, Ran):
+        if isinstance(outcome, LessonError):
             return outcome
         if self.cache and store:
             with self._cache_errors():
@@ -256,13 +230,16 @@ class _Run:
         return result
 
     def _job(self, page: ParsedPage) -> PageJob:
+        from lessonlib.engine.pool import PageJob
+
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))
         stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
-        return PageJob(page.path, "".join(page.lines), str(self.settings.root), roots, cache_dir,
-                       self.settings.refresh, int(self.settings.output_limit_kb * 1024), str(stack),
-                       self.environment, self._cores(), tuple(os.environ.items()),
-                       self.settings.keep_going)
+        return PageJob(path=page.path, text="".join(page.lines), root=str(self.settings.root), source_roots=roots,
+                       cache_dir=cache_dir, refresh=self.settings.refresh,
+                       output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack),
+                       environment=self.environment, cores=self._cores(), variables=tuple(os.environ.items()),
+                       keep_going=self.settings.keep_going)
 
     def _cores(self) -> int:
         """The build's `workers`: pages at once, and processes a page's experiments may start."""
@@ -272,7 +249,8 @@ class _Run:
         return max(1, min(self._cores(), pages))
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
-        return PageResult(page, render(page, *outputs, footer=stamp(key, self.torch)), outputs, inputs, key=key)
+        markdown = render(page, outputs.blocks, outputs.values, footer=stamp(key, self.torch))
+        return PageResult(page, markdown, outputs, inputs, key=key)
 
 
 def _summary(results: list[PageResult | LessonError], seconds: float, workers: int) -> str:
@@ -287,7 +265,7 @@ def _summary(results: list[PageResult | LessonError], seconds: float, workers: i
 
 def stamp(key: str, torch: str) -> str:
     """The build stamp under every executed page: how its numbers were produced (`torch`: its version)."""
-    device = os.environ.get("LESSONLIB_DEVICE", "cpu")
+    device = os.environ.get(DEVICE, "cpu")
     return (
         f'<p class="lessonlib-stamp">Numbers and figures on this page were computed when the site was built: '
         f"torch {torch}, device <code>{device}</code>, seed {SEED}, "

@@ -17,18 +17,17 @@ import posixpath
 from pathlib import Path
 from urllib.parse import urljoin
 
-from mkdocs.config import base, load_config
-from mkdocs.config import config_options as c
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
 from mkdocs.structure.files import get_files
 
 from lessonlib.engine.cache import cache_errors, write_atomically
+from lessonlib.engine.config import LessonConfig, settings_from
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.html_memo import HtmlMemo, MemoHighlightExtension
 from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise
-from lessonlib.engine.page import PageResult, Settings, execute_page, execute_pages
+from lessonlib.engine.page import PageResult, execute_page, execute_pages
 from lessonlib.engine.publish import Staging
 from lessonlib.engine.published import linked, unpublished
 from lessonlib.engine.render import figure_files
@@ -38,16 +37,6 @@ from lessonlib.engine.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_b
 log = get_plugin_logger(__name__)
 LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
-
-
-class LessonConfig(base.Config):
-    timeout = c.Type((int, float), default=600)  # seconds per block; a block may say timeout=N
-    cache_dir = c.Type(str, default=".lessonlib-cache")  # relative to mkdocs.yml
-    # pages run at once, and processes a page's experiments may start; 0: one per core (LESSONLIB_WORKERS overrides)
-    workers = c.Type(int, default=0)
-    memory_limit_mb = c.Optional(c.Type((int, float)))  # per page, with its child processes
-    output_limit_kb = c.Type((int, float), default=1024)  # per block, text and figures
-    cache_limit_mb = c.Type((int, float), default=1024)  # the least recently used entries go first
 
 
 class LessonPlugin(BasePlugin[LessonConfig]):
@@ -85,7 +74,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
     @event_priority(-100)  # last: the notebooks are pages by now (mkdocs-jupyter)
     def on_files(self, files, config):
         docs = Path(config.docs_dir).resolve()
-        ours = [f for f in files if f.abs_src_path and docs in Path(f.abs_src_path).resolve().parents]  # not the theme's
+        # the project's files, not the theme's
+        ours = [f for f in files if f.abs_src_path and docs in Path(f.abs_src_path).resolve().parents]
         links = {str(extra) for extra in [*config.extra_css, *config.extra_javascript, *config.extra_templates]}
         for file in ours:
             if file.src_uri.endswith(".md"):
@@ -139,7 +129,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         if result.outputs is None:
             return rendered
         folder = Path(config.site_dir) / Path(page.file.dest_uri).parent  # where the page's links point
-        for name, svg in figure_files(result.page, result.outputs[0]).items():
+        for name, svg in figure_files(result.page, result.outputs.blocks).items():
             write_atomically(folder / name, svg)
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
         store = self.settings.cache_dir / "notebooks" if self.settings.cache_dir else None
@@ -165,9 +155,10 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         html = to_mathml(html, self.memo)
         if page.file.src_uri.endswith(".ipynb"):  # mkdocs-jupyter's page offers the download itself
             html += self._notebook_links(config, page, Path(page.file.src_uri).name)
+        leaks = leftover_tex(html, self.memo)
         source = Path(page.file.abs_src_path)
-        lines = source.read_text(encoding="utf-8").splitlines() if source.suffix == ".md" else []
-        for leak in leftover_tex(html):
+        lines = source.read_text(encoding="utf-8").splitlines() if leaks and source.suffix == ".md" else []
+        for leak in leaks:
             # A warning, so that a strict build fails while a draft build still shows the page.
             log.warning(f"{self._rel(source)}:{source_line(leak, lines)}: raw TeX in the page's text: {leak!r} "
                         "(inline math is $...$ with no space just inside either dollar; math uses only "
@@ -250,20 +241,3 @@ class _Count(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
-
-
-def settings_from(config: LessonConfig, root: Path, config_name: str = "mkdocs.yml") -> Settings:
-    """Raises SetupError, naming the option or the variable, for a bad value."""
-    try:
-        settings = Settings(root=root, timeout=config.timeout, cache_dir=root / config.cache_dir,
-                            workers=config.workers, memory_limit_mb=config.memory_limit_mb,
-                            output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb)
-    except SetupError as e:
-        raise SetupError(f"{config_name}, lessonlib option {e}") from None
-    return settings.with_environment()
-
-
-def load_settings(config_file: Path) -> Settings:
-    """The build's settings, read from mkdocs.yml, for the CLI and the pytest collector."""
-    config = load_config(str(config_file))
-    return settings_from(config.plugins["lessonlib"].config, config_file.parent, config_file.name)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from lessonlib.engine import lifetime, worker
 from lessonlib.engine.blocks import ParsedPage
+from lessonlib.engine.config import BUILD_PID
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
@@ -128,7 +129,7 @@ def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running
 def _template_environment() -> Iterator[None]:
     """What the template (started by the first page) inherits: the workers' hash seed, and
     the build's pid, which the guard checks."""
-    variables = {**PAGE_ENVIRONMENT, lifetime.BUILD_PID: str(os.getpid())}
+    variables = {**PAGE_ENVIRONMENT, BUILD_PID: str(os.getpid())}
     saved = {name: os.environ.get(name) for name in variables}
     os.environ.update(variables)
     try:
@@ -208,7 +209,7 @@ def _receive(r: _Running, message: object) -> None:
     elif isinstance(message, worker.BlockDone):
         r.outputs.append(message.output)
     elif isinstance(message, worker.Finished):
-        outputs = (r.outputs, message.values)
+        outputs = PageOutputs(r.outputs, message.values)
         r.result = Ran(outputs, Manifest.from_json(message.manifest), time.monotonic() - r.started)
     elif isinstance(message, worker.Failed):
         r.result = LessonError(message.path, message.line, message.message, message.detail, r.outputs)

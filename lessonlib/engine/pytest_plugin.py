@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.config import load_settings
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.numerals import hand_typed_numerals
 from lessonlib.engine.page import execute_page
-from lessonlib.engine.plugin import load_settings
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):

@@ -5,7 +5,13 @@ import hashlib
 import html
 import re
 
-from lessonlib.engine.blocks import CODE_SPAN, Block, ParsedPage, inline_source, literal_text
+from lessonlib.engine.blocks import (
+    CODE_SPAN,
+    Block,
+    ParsedPage,
+    inline_source,
+    literal_text,
+)
 from lessonlib.engine.outputs import BlockOutput, DataTable, Figure
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")

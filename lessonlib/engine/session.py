@@ -21,10 +21,10 @@ import torch
 from lessonlib.device import flush_subnormals
 from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
+from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.outputs import BlockOutput, Figure
 
-SEED = 0
 ALT_LIMIT = 150  # characters of a figure's alt text
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
@@ -82,7 +82,8 @@ class Session:
                 raise
             except SystemExit as e:
                 # exit() would end the page's process as if it had finished: a failure, said so.
-                raise self._located(e, f"the block called exit({e.code!r}): a page must run to its end", block) from None
+                message = f"the block called exit({e.code!r}): a page must run to its end"
+                raise self._located(e, message, block) from None
             except Exception as e:
                 raise self._located(e, f"{type(e).__name__}: {e}{_suggestion(e)}", block) from None
         svgs, tables = svg.take_figures(), svg.take_tables()
@@ -129,7 +130,8 @@ class Session:
             code = compile("\n" * (inline.line - 1) + inline.expr, self.path, "eval")
             return format(eval(code, self.namespace), inline.spec)
         except Exception as e:
-            raise LessonError(self.path, inline.line, f"inline value `{inline.source}`: {type(e).__name__}: {e}") from None
+            message = f"inline value `{inline.source}`: {type(e).__name__}: {e}"
+            raise LessonError(self.path, inline.line, message) from None
 
     def _run_exec(self, block: Block) -> None:
         source = "\n" * (block.first_line - 1) + block.code
@@ -142,7 +144,8 @@ class Session:
         exec(code, self.namespace)
 
     def _note_failure(self, line: int, message: object) -> None:
-        text = str(message) if message is not None else f"assertion failed: {linecache.getline(self.path, line).strip()}"
+        source = linecache.getline(self.path, line).strip()
+        text = str(message) if message is not None else f"assertion failed: {source}"
         self.failed_asserts.append((line, text))
 
     def assert_all_held(self) -> None:

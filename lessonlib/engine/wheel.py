@@ -50,13 +50,15 @@ def read_project(root: Path = SOURCE) -> Project:
     try:
         data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
         project = data["project"]
+        package_data = data.get("tool", {}).get("setuptools", {}).get("package-data", {})
         return Project(root, project["name"], project["version"], project.get("description", ""),
                        project.get("requires-python", ""), tuple(project.get("dependencies", ())),
                        {k: tuple(v) for k, v in project.get("optional-dependencies", {}).items()},
                        project.get("entry-points", {}),
-                       {k: tuple(v) for k, v in data.get("tool", {}).get("setuptools", {}).get("package-data", {}).items()})
+                       {k: tuple(v) for k, v in package_data.items()})
     except (OSError, ValueError, KeyError) as e:
-        raise SetupError(f"{root / 'pyproject.toml'}: cannot read the project's name, version and dependencies ({e})") from None
+        what = "cannot read the project's name, version and dependencies"
+        raise SetupError(f"{root / 'pyproject.toml'}: {what} ({e})") from None
 
 
 def wheel_bytes(project: Project) -> bytes:
@@ -65,7 +67,8 @@ def wheel_bytes(project: Project) -> bytes:
     dist_info = f"{project.name}-{project.version}.dist-info"
     files = {path.relative_to(project.root).as_posix(): path.read_bytes() for path in _package_files(project)}
     files[f"{dist_info}/METADATA"] = _metadata(project).encode()
-    files[f"{dist_info}/WHEEL"] = b"Wheel-Version: 1.0\nGenerator: lessonlib\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    files[f"{dist_info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: lessonlib\nRoot-Is-Purelib: true\n"
+                                   b"Tag: py3-none-any\n")
     if project.entry_points:
         files[f"{dist_info}/entry_points.txt"] = "".join(
             f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in points.items()) + "\n"

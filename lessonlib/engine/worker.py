@@ -23,8 +23,9 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from lessonlib.device import limit_cpus
-from lessonlib.engine import SEED, lifetime
+from lessonlib.engine import lifetime
 from lessonlib.engine.blocks import ParsedPage, parse_page
+from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Recorder
 from lessonlib.engine.outputs import BlockOutput
@@ -33,7 +34,7 @@ DUMP_STACK = signal.SIGUSR1  # the build asks for the page's stack before ending
 PAGE_ENVIRONMENT = {"PYTHONHASHSEED": str(SEED)}  # sets and dicts of strings in one order, every build
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PageJob:
     """Everything a worker needs, sent to it once (plain data: it is pickled)."""
 

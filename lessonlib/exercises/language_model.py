@@ -58,7 +58,8 @@ def _draws(sampler: Sampler, logits: Tensor, temperature: float, top_k: int | No
         return None, problem
     if not isinstance(out, Tensor) or out.shape not in ((n, 1), (n,)):
         got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-        return None, f"for logits of shape {(n, logits.shape[1])} = (B, V), sample must return (B, 1) token ids, not {got}."
+        return None, (f"for logits of shape {(n, logits.shape[1])} = (B, V), "
+                      f"sample must return (B, 1) token ids, not {got}.")
     return torch.bincount(out.flatten().long(), minlength=logits.shape[1]).double() / n, None
 
 

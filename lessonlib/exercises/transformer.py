@@ -147,7 +147,8 @@ def diagnose_heads(split_heads_fn: Callable[[Tensor, int], Tensor],
         if got == (B, L, heads, d // heads):
             return (f"split_heads returns {got} = (B, L, heads, d_head): move the heads axis in "
                     f"front of the positions with .transpose(1, 2), to {tuple(want.shape)}.")
-        return f"split_heads(x, {heads}) for x of shape {(B, L, d)} should return {tuple(want.shape)} = (B, heads, L, d/heads), not {got}."
+        return (f"split_heads(x, {heads}) for x of shape {(B, L, d)} should return {tuple(want.shape)} "
+                f"= (B, heads, L, d/heads), not {got}.")
     if not torch.equal(split, want):
         if torch.equal(split, x.view(B, L, d // heads, heads).permute(0, 3, 1, 2)):
             return ("split_heads deals the features out like cards (head 0 gets features 0, 3, 6, ...); "
@@ -156,7 +157,8 @@ def diagnose_heads(split_heads_fn: Callable[[Tensor, int], Tensor],
             return ("split_heads reshapes straight to (B, heads, L, d_head), which cuts across positions: "
                     "a head then mixes numbers of different positions. view(B, L, heads, d_head) first, "
                     "then transpose(1, 2).")
-        return "split_heads has the right shape but puts the wrong numbers in each head: head h must hold features h*d_head to (h+1)*d_head - 1."
+        return ("split_heads has the right shape but puts the wrong numbers in each head: "
+                "head h must hold features h*d_head to (h+1)*d_head - 1.")
 
     merged, problem = call("merge_heads", merge_heads_fn, want.clone())
     if problem:
@@ -211,7 +213,8 @@ def diagnose_assembled(parts: Parts) -> str | None:
     out, _ = ReaderAttention(layer, parts)(x, causal=True)
     want, _ = ref(x, x, x, attn_mask=~causal_mask(7))
     if not _close(out.detach(), want.detach()):
-        return f"each part passes, but together they differ from nn.MultiheadAttention by {(out - want).abs().max().item():.3g}."
+        gap = (out - want).abs().max().item()
+        return f"each part passes, but together they differ from nn.MultiheadAttention by {gap:.3g}."
     return None
 
 

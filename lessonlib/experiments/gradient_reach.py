@@ -28,8 +28,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
-from lessonlib.models.attention import dot_product_attention
 from lessonlib.device import steady_cpu
+from lessonlib.models.attention import dot_product_attention
 from lessonlib.models.lstm import open_forget_gate
 from lessonlib.models.rnn import set_spectral_radius
 

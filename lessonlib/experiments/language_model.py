@@ -8,14 +8,15 @@ The models (about the same number of parameters each, PROTOCOL.sizes):
 
 One protocol trains all three: the same characters in the same order, PROTOCOL.batch rows of
 the training text read PROTOCOL.chunk characters at a time (2,048 characters per step), Adam,
-the gradient norm clipped, the same number of steps and the same learning-rate schedule. The recurrent models carry their hidden
-state from one chunk to the next and detach it (truncated backpropagation through time, `train`
-below); the transformer reads each chunk as a window of its own (its context is the chunk).
+the gradient norm clipped, the same number of steps and the same learning-rate schedule. The
+recurrent models carry their hidden state from one chunk to the next and detach it (truncated
+backpropagation through time, `train` below); the transformer reads each chunk as a window of
+its own (its context is the chunk).
 
 Evaluation reads the held-out play in PROTOCOL.eval_count windows of PROTOCOL.chunk characters,
-at random places (the same for every model), every model starting each window from an empty state, and averages the loss at each position of the
-window (`position_loss`): its mean over positions is the validation loss, and its shape says how
-much each model gains from the characters before.
+at random places (the same for every model), every model starting each window from an empty
+state, and averages the loss at each position of the window (`position_loss`): its mean over
+positions is the validation loss, and its shape says how much each model gains from the characters before.
 
 Every run is seeded: the seed fixes the initial weights; the data order is the same for every run.
 On a CPU each run is single-threaded with subnormals flushed (steady_cpu), and `train_all`
@@ -185,7 +186,8 @@ def _train(name: str, p: LMProtocol, seed: int, device: torch.device, truncation
             val_steps.append(step)
             val_losses.append(position_loss(model, look_x, look_y).mean().item())
     model.eval()
-    return Trained(name, model.cpu(), losses, val_steps, val_losses, position_loss(model.to(device), val_x, val_y).cpu())
+    by_position = position_loss(model.to(device), val_x, val_y).cpu()
+    return Trained(name, model.cpu(), losses, val_steps, val_losses, by_position)
 
 
 def learning_rate(step: int, p: LMProtocol = PROTOCOL) -> float:

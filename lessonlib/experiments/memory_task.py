@@ -47,8 +47,8 @@ from joblib import Parallel, delayed
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lessonlib.models.batched_rnn import BatchedRNNClassifier
 from lessonlib.device import cpus, steady_cpu
+from lessonlib.models.batched_rnn import BatchedRNNClassifier
 from lessonlib.models.gru import open_update_gate
 from lessonlib.models.lstm import open_forget_gate
 from lessonlib.models.transformer import Transformer

@@ -39,8 +39,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from lessonlib.models.attention import dot_product_attention
 from lessonlib.device import steady_cpu
+from lessonlib.models.attention import dot_product_attention
 from lessonlib.progress import progress as progress_bar
 
 # ----------------------------------------------------------------------------- the task

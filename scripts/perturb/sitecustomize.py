@@ -23,4 +23,5 @@ if _asked:
             torch.set_num_threads = lambda n: _set(_threads)
             _set(_threads)
         else:
-            raise SystemExit(f"LESSONLIB_PERTURB: unknown perturbation {_perturbation!r} (known: subnormals, threads=N)")
+            known = "subnormals, threads=N"
+            raise SystemExit(f"LESSONLIB_PERTURB: unknown perturbation {_perturbation!r} (known: {known})")

@@ -1,0 +1,123 @@
+"""Every setting of the engine, in one place: the options of the lessonlib plugin in mkdocs.yml,
+the LESSONLIB_* environment variables, the Settings the three doors (the MkDocs plugin, the
+pytest collector, the CLI) hand the executor, and the seed.
+
+MkDocs is imported only when the plugin's option schema or mkdocs.yml is asked for: a page's
+process and a reader's notebook import this module without it.
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lessonlib.engine import options
+from lessonlib.engine.errors import SetupError
+
+SEED = 0  # every page, and every memoized call, starts from this seed in random, NumPy and torch
+
+# The environment variables the engine reads.
+EXECUTE = "LESSONLIB_EXECUTE"  # 0: show the code and run nothing (a quick preview of the prose)
+REFRESH = "LESSONLIB_REFRESH"  # 1: run every page and memoized call again, even on a cache hit
+CACHE_DIR = "LESSONLIB_CACHE_DIR"  # the cache folder instead of cache_dir; outside a build, memo's store
+WORKERS = "LESSONLIB_WORKERS"  # overrides the workers option
+DEVICE = "LESSONLIB_DEVICE"  # the torch device pages run on: cpu (the default), cuda, cuda:1
+BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which ends when the build does
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the executor is told; made from mkdocs.yml and the environment (load_settings)."""
+
+    root: Path = field(default_factory=Path.cwd)  # the project: the folder of mkdocs.yml
+    timeout: float = 600.0  # seconds per block, unless the block says otherwise
+    cache_dir: Path | None = None  # None: neither read nor write a cache
+    execute: bool = True  # False: show the code, run nothing (LESSONLIB_EXECUTE=0)
+    refresh: bool = False  # run even on a cache hit, memoized experiments too (LESSONLIB_REFRESH=1)
+    workers: int = 0  # pages at once, and processes a page's experiments start; 0: one per core (LESSONLIB_WORKERS)
+    memory_limit_mb: float | None = None  # per page, its child processes included; None: no limit
+    output_limit_kb: float = 1024  # per block, text and figures
+    cache_limit_mb: float = 1024  # page entries and memoized results; the least recently used go first
+    keep_going: bool = False  # run a page on past a failed assert, then fail it naming every failed assert
+
+    def __post_init__(self) -> None:
+        """Raises SetupError, naming the option, for a value out of range."""
+        # Pages run in their own folders: every path the engine hands to a worker is absolute.
+        object.__setattr__(self, "root", Path(self.root).resolve())
+        if self.cache_dir is not None:
+            object.__setattr__(self, "cache_dir", Path(self.cache_dir).resolve())
+        checked = {
+            "timeout": options.positive("timeout", self.timeout, "seconds"),
+            "workers": options.whole_number("workers", self.workers),
+            "output_limit_kb": options.positive("output_limit_kb", self.output_limit_kb, "KB"),
+            "cache_limit_mb": options.at_least_zero("cache_limit_mb", self.cache_limit_mb, "MB"),
+        }
+        if self.memory_limit_mb is not None:
+            checked["memory_limit_mb"] = options.positive("memory_limit_mb", self.memory_limit_mb, "MB")
+        for name, value in checked.items():
+            object.__setattr__(self, name, value)
+
+    def with_environment(self) -> Settings:
+        """Apply LESSONLIB_EXECUTE, LESSONLIB_REFRESH, LESSONLIB_CACHE_DIR and LESSONLIB_WORKERS
+        (a bad value is a SetupError naming the variable)."""
+        env = {name: os.environ.get(name, "") for name in (CACHE_DIR, WORKERS, EXECUTE, REFRESH)}
+        switches = {name: options.switch(name, env[name]) for name in (EXECUTE, REFRESH) if env[name]}
+        return replace(
+            self,
+            cache_dir=Path(env[CACHE_DIR]) if env[CACHE_DIR] else self.cache_dir,
+            execute=self.execute and switches.get(EXECUTE, True),
+            refresh=self.refresh or switches.get(REFRESH, False),
+            workers=options.whole_number(WORKERS, env[WORKERS]) if env[WORKERS] else self.workers,
+        )
+
+
+@functools.cache
+def _lesson_config() -> type:
+    from mkdocs.config import base
+    from mkdocs.config import config_options as c
+
+    class LessonConfig(base.Config):
+        """The lessonlib plugin's options in mkdocs.yml (`plugins: - lessonlib: {...}`)."""
+
+        timeout = c.Type((int, float), default=600)
+        """Seconds a block may run; a block may set its own (`timeout=N` on its fence)."""
+        cache_dir = c.Type(str, default=".lessonlib-cache")
+        """The cache folder, relative to mkdocs.yml (LESSONLIB_CACHE_DIR overrides it)."""
+        workers = c.Type(int, default=0)
+        """Pages run at once, and processes a page's experiments may start; 0: one per core
+        (LESSONLIB_WORKERS overrides it)."""
+        memory_limit_mb = c.Optional(c.Type((int, float)))
+        """Memory a page may use, its child processes included; unset: no limit."""
+        output_limit_kb = c.Type((int, float), default=1024)
+        """What one block may print and draw, text and figures together."""
+        cache_limit_mb = c.Type((int, float), default=1024)
+        """The cache's size; past it, the entries used least recently go first."""
+
+    return LessonConfig
+
+
+def __getattr__(name: str) -> type:
+    if name == "LessonConfig":  # MkDocs' option schema, made when the plugin first asks for it
+        return _lesson_config()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settings:
+    """The Settings for a validated LessonConfig and the environment. Raises SetupError, naming
+    the option or the variable, for a bad value."""
+    try:
+        settings = Settings(root=root, timeout=config.timeout, cache_dir=root / config.cache_dir,
+                            workers=config.workers, memory_limit_mb=config.memory_limit_mb,
+                            output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb)
+    except SetupError as e:
+        raise SetupError(f"{config_name}, lessonlib option {e}") from None
+    return settings.with_environment()
+
+
+def load_settings(config_file: Path) -> Settings:
+    """The build's settings, read from mkdocs.yml, for the CLI and the pytest collector."""
+    from mkdocs.config import load_config
+
+    config = load_config(str(config_file))
+    return settings_from(config.plugins["lessonlib"].config, config_file.parent, config_file.name)
