@@ -63,6 +63,12 @@ def device(request) -> torch.device:
     return torch.device(request.param)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--fresh-notebooks", action="store_true",
+                     help="also run every downloadable notebook in a fresh venv (tests/test_downloaded_notebooks.py; "
+                          "about 20 minutes on 2 cores: scripts/check_notebooks)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Lesson pages (the slowest items) first, each followed by one quick test; the tests that read
     the lessons' results (the built site, a lesson's notebook) last.

@@ -50,9 +50,12 @@ PASSED_ON = ("HOME", "LANG", "TMPDIR", "http_proxy", "https_proxy", "no_proxy", 
 
 
 @pytest.fixture(scope="session")
-def fresh_kernels(tmp_path_factory) -> Path:
+def fresh_kernels(request, tmp_path_factory) -> Path:
     """A Jupyter path whose kernel KERNEL runs a fresh venv's Python with the bare environment
     above: ipykernel (pinned) and nothing of the project."""
+    if not request.config.getoption("--fresh-notebooks"):
+        pytest.skip("the fresh-venv notebook runs take about 20 minutes on 2 cores, more than the suite's "
+                    "budget: scripts/check_notebooks (pytest --fresh-notebooks) runs them")
     where = tmp_path_factory.mktemp("fresh")
     venv = where / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
