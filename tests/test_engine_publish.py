@@ -3,8 +3,10 @@ its pages ran (a strict warning, a page edited meanwhile, a kill), site/ stays b
 it was; builds side by side both publish; only pages and the files they link are published."""
 from __future__ import annotations
 
+import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +15,8 @@ import nbformat
 import pytest
 from fixture_sites import GOOD, build, command, environment, make_site
 from site_support import tree, until
+
+from lessonlib.engine.publish import Staging
 
 STRICT_FAILURES = {
     "a broken link": "\nSee [the missing page](missing.md).\n",
@@ -163,3 +167,15 @@ def test_a_damaged_notebook_in_the_store_is_made_again_not_published(tmp_path):
     stored.write_text(stored.read_text()[:235])
     assert build(site).returncode == 0
     nbformat.validate(nbformat.read(site / "site/good/good.ipynb", as_version=4))
+
+
+def test_the_published_site_folder_has_the_usual_permissions(tmp_path):
+    """mkdtemp makes owner-only folders; a web server running as another user must read the site."""
+    previous = os.umask(0o022)
+    try:
+        staging = Staging(tmp_path / "site")
+        (staging.path / "index.html").write_text("<p>hi</p>")
+        staging.publish()
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / "site").stat().st_mode) == 0o755

@@ -32,6 +32,7 @@ class Staging:
             with _turn(self.site_dir):  # no other build takes this folder for abandoned meanwhile
                 remove_abandoned(self.site_dir)
                 self.path = Path(tempfile.mkdtemp(prefix=_prefix(self.site_dir), dir=parent))
+                self.path.chmod(0o777 & ~_umask())  # the site's folder, readable as MkDocs' own would be
                 self.lock = _lock(self.path, wait=True)
         except OSError as e:
             raise SetupError(f"cannot make a folder to build the site in beside {self.site_dir} "
@@ -51,6 +52,12 @@ class Staging:
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
         self.lock.close()
+
+
+def _umask() -> int:
+    mask = os.umask(0)  # the only way to read it is to set it
+    os.umask(mask)
+    return mask
 
 
 def exchange(staged: Path, site_dir: Path) -> None:
