@@ -100,6 +100,20 @@ def test_the_wheel_holds_every_module_and_the_package_data():
     assert wheel_bytes(project) == wheel_bytes(project), "the same sources must give the same wheel"
 
 
+def test_a_kept_wheel_is_reused_until_a_file_in_it_changes(tmp_path):
+    shutil.copytree(ROOT / "lessonlib", tmp_path / "project" / "lessonlib", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "project")
+    project, store = read_project(tmp_path / "project"), tmp_path / "wheel"
+    made = wheel_bytes(project, store)
+    assert made == wheel_bytes(project)  # kept, it is the wheel itself
+    kept = store / project.wheel_name
+    kept.write_bytes(kept.read_bytes().split(b"\n", 1)[0] + b"\nnot the wheel")
+    assert wheel_bytes(project, store) == b"not the wheel"  # reused: nothing in it changed
+    (tmp_path / "project" / "lessonlib" / "device.py").write_text("# edited\n")
+    edited = zipfile.ZipFile(io.BytesIO(wheel_bytes(project, store)))
+    assert edited.read("lessonlib/device.py") == b"# edited\n"
+
+
 @pytest.mark.parametrize("site, repo, url", [
     ("https://me.github.io/course/", "https://github.com/me/course.git",
      "https://colab.research.google.com/github/me/course/blob/gh-pages/lessons/a/a.ipynb"),

@@ -11,6 +11,7 @@ fraction of a second, and gives the same bytes for the same sources.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import io
 import tomllib
@@ -18,6 +19,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lessonlib.engine.cache import cache_errors, write_atomically
 from lessonlib.engine.errors import SetupError
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout this lessonlib runs from, with its pyproject.toml
@@ -61,9 +63,27 @@ def read_project(root: Path = SOURCE) -> Project:
         raise SetupError(f"{root / 'pyproject.toml'}: {what} ({e})") from None
 
 
-def wheel_bytes(project: Project) -> bytes:
+def wheel_bytes(project: Project, store: Path | None = None) -> bytes:
     """The wheel: every module of the package and its subpackages, the package data, and the
-    metadata (dependencies unpinned, as in pyproject.toml; constraints.txt pins them)."""
+    metadata (dependencies unpinned, as in pyproject.toml; constraints.txt pins them). With a
+    `store` folder, the wheel made last time is reused while every file in it is the same:
+    compressing the package data was most of what publishing the wheel cost a warm build."""
+    files = _wheel_files(project)
+    if store is None:
+        return _zipped(files)
+    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest().encode()
+    kept = store / project.wheel_name
+    with contextlib.suppress(OSError, ValueError):
+        head, data = kept.read_bytes().split(b"\n", 1)
+        if head == digest:
+            return data
+    data = _zipped(files)
+    with cache_errors(store):
+        write_atomically(kept, digest + b"\n" + data)
+    return data
+
+
+def _wheel_files(project: Project) -> dict[str, bytes]:
     dist_info = f"{project.name}-{project.version}.dist-info"
     files = {path.relative_to(project.root).as_posix(): path.read_bytes() for path in _package_files(project)}
     files[f"{dist_info}/METADATA"] = _metadata(project).encode()
@@ -75,6 +95,10 @@ def wheel_bytes(project: Project) -> bytes:
             for group, points in project.entry_points.items()).encode()
     record = [f"{name},sha256={_digest(data)},{len(data)}" for name, data in files.items()]
     files[f"{dist_info}/RECORD"] = ("\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n").encode()
+    return files
+
+
+def _zipped(files: dict[str, bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as wheel:
         for name, data in files.items():
