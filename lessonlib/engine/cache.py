@@ -164,7 +164,7 @@ def prune(root: Path, limit_mb: float, since: float) -> int:
     until the cache holds at most `limit_mb`; never one used at or after `since` (this build's
     start). Returns how many were dropped. Safe beside other builds: a dropped entry is a miss."""
     units: dict[Path, list[os.stat_result]] = {}
-    for folder in ("pages", "memo", "seconds", "notebooks", "parsed", "wheel"):
+    for folder in ("pages", "memo", "seconds", "notebooks", "parsed"):
         for path in (root / folder).glob("*"):
             with contextlib.suppress(FileNotFoundError):  # another build's prune took it
                 if path.suffix == ".tmp" and _abandoned(path, since):

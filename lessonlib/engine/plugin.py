@@ -198,7 +198,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         folder = site / DOWNLOADS
         try:
             constraints = (self.project.root / CONSTRAINTS).read_text(encoding="utf-8")
-            store = self.settings.cache_dir / "wheel" if self.settings.cache_dir else None
+            # kept beside the notebooks that install it
+            store = self.settings.cache_dir / "notebooks" if self.settings.cache_dir else None
             write_atomically(folder / self.project.wheel_name, wheel_bytes(self.project, store))
             write_atomically(folder / CONSTRAINTS, constraints)
         except OSError as e:
