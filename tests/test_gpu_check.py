@@ -2,15 +2,17 @@
 that needs no GPU to be checked: reading `python -m lessonlib run` output and comparing numbers."""
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-import page_runs  # found through script_modules, which puts scripts/ on the path
 import pytest
 import script_modules
 import torch
+
+page_runs = importlib.import_module("page_runs")  # scripts/page_runs.py: script_modules put scripts/ on the path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "gpu_check"

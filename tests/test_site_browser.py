@@ -353,7 +353,7 @@ def test_walkthrough_works_after_instant_navigation(reader, base_url):
 # keys that move it (a range input and a radio group take the arrow keys natively).
 EXPLORATIONS = {
     "radius": ("lessons/sequences-to-attention/", "Spectral radius of W_h"),
-    "forget-bias": ("lessons/sequences-to-attention/", "Forget-gate bias"),
+    "forget-bias": ("lessons/sequences-to-attention/", "Forget-gate bias, each of the two vectors"),
     "query": ("lessons/transformer/", "Query (position)"),
     "causal-mask": ("lessons/transformer/", "Causal mask"),
     "authors-example": ("writing-lessons/", "Power"),
