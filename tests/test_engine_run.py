@@ -4,6 +4,7 @@ from __future__ import annotations
 import random
 import textwrap
 
+import markdown
 import numpy as np
 import pytest
 import torch
@@ -12,7 +13,7 @@ from lessonlib.engine.blocks import parse_page
 from lessonlib.engine.config import SEED, Settings
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.page import execute_page
-from lessonlib.engine.render import figure_files
+from lessonlib.engine.render import figure_files, fill_html_slots
 
 PATH = "docs/fixture.md"
 
@@ -153,7 +154,16 @@ def test_block_output_with_html_stays_text():
 
 def test_html_option_inserts_markup_for_widgets():
     result = run('```python exec hide-code html\nprint("<div id=\'w\'>\\n\\n<b>hi</b></div>")\n```\n')
-    assert "<div id='w'>\n<b>hi</b></div>" in result.markdown and "```" not in result.markdown
+    assert "```" not in result.markdown and "<b>hi</b>" not in result.markdown  # Markdown never parses it
+    assert "<div id='w'>\n\n<b>hi</b></div>" in fill_html_slots(markdown.markdown(result.markdown), result.outputs.blocks)
+
+
+def test_html_markup_in_a_collapsed_block_is_not_wrapped_in_a_paragraph():
+    page = '??? note "More"\n\n    ```python exec hide-code html\n    print("<div id=\'w\'><b>*hi*</b></div>")\n    ```\n'
+    result = run(page)
+    rendered = markdown.markdown(result.markdown, extensions=["admonition", "pymdownx.details", "pymdownx.superfences"])
+    filled = fill_html_slots(rendered, result.outputs.blocks)
+    assert "\n<div id='w'><b>*hi*</b></div>\n" in filled and "<p><div" not in filled
 
 
 def test_pycon_match_with_ellipsis_and_whitespace():

@@ -30,7 +30,7 @@ from lessonlib.engine.notebook import Install, colab_url, notebook_text, publish
 from lessonlib.engine.page import PageResult, execute_page, execute_pages
 from lessonlib.engine.publish import Staging
 from lessonlib.engine.published import linked, unpublished
-from lessonlib.engine.render import figure_files
+from lessonlib.engine.render import figure_files, fill_html_slots
 from lessonlib.engine.search_memo import memoize_search
 from lessonlib.engine.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 
@@ -125,6 +125,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
                 result = execute_page(text, path, self.settings)
             except (LessonError, SetupError) as e:
                 raise PluginError(str(e)) from None
+            self.results[path] = result
         rendered = result.markdown.split("\n", offset)[-1] if offset else result.markdown
         if result.outputs is None:
             return rendered
@@ -152,6 +153,9 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return f'<p class="lessonlib-download">{" · ".join(links)}</p>' if links else ""
 
     def on_page_content(self, html, page, config, files):
+        result = self.results.get(self._rel(page.file.abs_src_path))
+        if result is not None and result.outputs is not None:
+            html = fill_html_slots(html, result.outputs.blocks)
         html = to_mathml(html, self.memo)
         if page.file.src_uri.endswith(".ipynb"):  # mkdocs-jupyter's page offers the download itself
             html += self._notebook_links(config, page, Path(page.file.src_uri).name)

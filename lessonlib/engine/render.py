@@ -25,7 +25,7 @@ def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str
     while i < len(page.lines):
         if i in starts:
             index, block = starts[i]
-            out.extend(_block(page, block, outputs[index] if outputs else None))
+            out.extend(_block(page, block, outputs[index] if outputs else None, index))
             i = block.end
             continue
         out.append(render_line(page, i, values))
@@ -91,7 +91,7 @@ def _as_text(value: str) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(value, quote=False))
 
 
-def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[str]:
+def _block(page: ParsedPage, block: Block, output: BlockOutput | None, index: int) -> list[str]:
     source = page.lines[block.start : block.end]
     if block.kind == "pycon":
         return source
@@ -107,8 +107,7 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
         return lines
     pieces: list[str] = []
     if output.text and "html" in block.options:
-        # Opt-in markup (widgets): one HTML block, so no blank lines inside it.
-        pieces.append("\n".join(row for row in output.text.splitlines() if row.strip()))
+        pieces.append(_html_slot(index))
     elif output.text and "hide-output" not in block.options:
         pieces.append(_text_output(output.text, timing="timing" in block.options))
     pieces += [_figure(f, timing="timing" in block.options) for f in output.figures]
@@ -119,6 +118,22 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None) -> list[s
     if pieces:
         lines.append("\n")
     return lines
+
+
+# Opt-in markup (widgets, explorations) enters the page after Markdown, in place of a slot:
+# Markdown would only pass it through, at a cost that grows with its size (an exploration's
+# frames are hundreds of kilobytes), and inside an admonition it would wrap it in a paragraph.
+_SLOT = '<div class="lessonlib-html-slot" data-block="{}"></div>'
+_SLOTS = re.compile(r'(<p>)?<div class="lessonlib-html-slot" data-block="(\d+)"></div>(?(1)</p>)')
+
+
+def _html_slot(index: int) -> str:
+    return _SLOT.format(index)
+
+
+def fill_html_slots(page_html: str, outputs: list[BlockOutput]) -> str:
+    """The page's HTML with each `html` block's markup in its slot, as the block printed it."""
+    return _SLOTS.sub(lambda slot: outputs[int(slot.group(2))].text.strip(), page_html)
 
 
 # A `timing` block's output is a wall-clock measurement: marked for readers, and by class
