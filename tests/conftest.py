@@ -3,6 +3,7 @@ from __future__ import annotations
 import functools
 import http.server
 import itertools
+import multiprocessing.forkserver
 import os
 import subprocess
 import sys
@@ -10,8 +11,12 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+import fixture_sites
+import psutil
 import pytest
 import torch
+
+from lessonlib.engine import lifetime
 
 # Every device test runs on CPU, and on CUDA where there is one; without one it is
 # skipped with a reason, never silently dropped.
@@ -56,6 +61,33 @@ def site(tmp_path_factory) -> Site:
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass
+
+
+@pytest.fixture
+def build():
+    """`mkdocs build --strict` of a fixture site, in this process: build(site, **variables)."""
+    yield fixture_sites.build_here
+    _no_page_process_left()
+
+
+@pytest.fixture
+def lessonlib_cli():
+    """`python -m lessonlib ARGS` in a fixture site, in this process: lessonlib_cli(site, *args, **variables)."""
+    yield fixture_sites.cli_here
+    _no_page_process_left()
+
+
+def _no_page_process_left() -> None:
+    """Every page's process ends with its build: a test whose build left one fails, and the
+    process is ended, so that the next test starts clean. The forkserver the pages fork from
+    stays, as it does under mkdocs serve: it holds nothing of any page, and starting it again
+    (importing torch) would cost each test seconds."""
+    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    if pid not in {child.pid for child in psutil.Process().children()}:  # none started, or it was ended
+        return
+    left = [process.pid for process in lifetime.running_descendants(pid)]
+    lifetime.end_processes(pid, include_root=False)
+    assert not left, f"processes of a page left running after the test: {left}"
 
 
 @pytest.fixture(params=DEVICES)

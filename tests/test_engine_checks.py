@@ -2,11 +2,8 @@
 raw TeX left in the rendered text, literals and timing blocks marked as such."""
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
-from fixture_sites import build, make_site
+from fixture_sites import make_site
 
 from lessonlib.engine.blocks import parse_page
 from lessonlib.engine.config import Settings
@@ -94,15 +91,15 @@ def test_figure_data_is_offered_as_a_collapsed_table_under_the_figure(tmp_path):
         execute_page(page.replace('"x": xs', '"x": xs[:2]'), "docs/p.md", Settings(root=tmp_path))
 
 
-def test_check_command_lists_numerals_and_fails_only_when_there_are_some(tmp_path):
+def test_check_command_lists_numerals_and_fails_only_when_there_are_some(tmp_path, lessonlib_cli):
     page = tmp_path / "page.md"
     page.write_text(PROSE)
-    result = subprocess.run([sys.executable, "-m", "lessonlib", "check", str(page)], capture_output=True, text=True)
+    result = lessonlib_cli(tmp_path, "check", str(page))
     assert result.returncode == 1
     assert f"{page.as_posix()}:3: numeral '64' typed in prose" in result.stdout
     clean = tmp_path / "clean.md"
     clean.write_text("Every number is `{py} n` or `{lit} 1997`.\n")
-    result = subprocess.run([sys.executable, "-m", "lessonlib", "check", str(clean)], capture_output=True, text=True)
+    result = lessonlib_cli(tmp_path, "check", str(clean))
     assert result.returncode == 0 and result.stdout == ""
 
 
@@ -132,7 +129,7 @@ def test_leftover_tex_is_found_in_text_and_unknown_commands_in_rendered_math():
     assert source_line("\\qqquadout", ["# T", "$$x \\qquad \\text{out}$$"]) == 2
 
 
-def test_strict_build_fails_on_raw_tex_naming_the_markdown_line(tmp_path):
+def test_strict_build_fails_on_raw_tex_naming_the_markdown_line(tmp_path, build):
     page = "# Tokens\n\n```python exec\nn = 768\n```\n\nBeyond $n = $ `{py} n` tokens the cost grows.\n"
     site = make_site(tmp_path, {"index.md": "# Home\n", "tex.md": page})
     config = site / "mkdocs.yml"

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
 import pytest
 
 import lessonlib
@@ -36,6 +37,7 @@ PAGE = "# A page\n\n```python exec\nimport lessonlib\nprint(lessonlib.device())\
 def run_page(project: Path, package_copy: Path) -> str:
     """`python -m lessonlib run` of the page, with the copied lessonlib first on the path: its log."""
     env = {**os.environ, "PYTHONPATH": str(package_copy), "LESSONLIB_CACHE_DIR": str(project / "cache")}
+    # a process: its lessonlib is the edited copy, and its modules are imported afresh
     result = subprocess.run([sys.executable, "-m", "lessonlib", "run", "docs/page.md"], cwd=project, env=env,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
@@ -125,6 +127,20 @@ def test_an_exported_notebook_is_made_again_when_the_exporting_code_changes(tmp_
     edit(engine_copy / "notebook.py")
     assert notebook_text(page, outputs, "key", store) == text
     assert kept.read_text().split(" ", 1)[0] != version
+
+
+@pytest.mark.parametrize("damage", ["cut short", "one character changed"])
+def test_a_damaged_notebook_in_the_store_is_made_again(tmp_path, damage):
+    store = tmp_path / "notebooks"
+    page, outputs = parse_page(SOURCE, "docs/a.md"), PageOutputs([BlockOutput("")], {"x": "1"})
+    text = notebook_text(page, outputs, "key", store)
+    kept = store / f"{path_name('docs/a.md')}.ipynb"
+    stored = kept.read_text()
+    damaged = stored[:235] if damage == "cut short" else stored.replace('"x = 1', '"x = 2')
+    assert damaged != stored
+    kept.write_text(damaged)
+    assert notebook_text(page, outputs, "key", store) == text
+    nbformat.validate(nbformat.reads(text, as_version=4))
 
 
 def test_the_html_memo_renders_again_when_the_code_that_fills_it_changes(tmp_path, engine_copy):

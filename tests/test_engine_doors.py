@@ -10,13 +10,13 @@ import sys
 import time
 
 import nbformat
-from fixture_sites import GOOD, build, command, environment, lessonlib_cli, make_site
+from fixture_sites import GOOD, LESSONLIB, build_process, cli_process, command, environment, make_site
 from site_support import until
 
 
-def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
+def test_build_runs_pages_and_writes_their_notebooks(tmp_path, build):
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
-    result = build(site)
+    result = build_process(site)  # the MkDocs door itself: `mkdocs build` in a process
     assert result.returncode == 0, result.stderr
     assert "docs/good.md: ran 1 blocks" in result.stderr
     html = (site / "site/good/index.html").read_text()
@@ -41,7 +41,7 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path):
     assert "Its value is 42." in nbformat.read(site / "site/good/good.ipynb", as_version=4).cells[4].source
 
 
-def test_a_notebook_shows_the_outputs_of_its_pages_latest_run(tmp_path):
+def test_a_notebook_shows_the_outputs_of_its_pages_latest_run(tmp_path, build):
     """Same code, same prose, new outputs (a data file changed): the stored notebook is not reused."""
     page = "# Reads\n\n```python exec\nprint(open('value.txt').read().strip())\n```\n"
     site = make_site(tmp_path, {"index.md": "# Home\n", "reads.md": page})
@@ -64,7 +64,7 @@ FAILURES = {
 }
 
 
-def test_failing_pages_stop_build_and_cli_each_with_its_line_and_are_not_published(tmp_path):
+def test_failing_pages_stop_build_and_cli_each_with_its_line_and_are_not_published(tmp_path, build, lessonlib_cli):
     """One site holds one page per kind of failure: the build and the CLI name every one."""
     pages = {f"sub/{kind}.md": f"---\ntitle: Bad\n---\n\n{body}" for kind, (body, _, _) in FAILURES.items()}
     site = make_site(tmp_path, {"index.md": "# Home\n", **pages})
@@ -77,9 +77,9 @@ def test_failing_pages_stop_build_and_cli_each_with_its_line_and_are_not_publish
         assert f"\ndocs/sub/{kind}.md:{line}: {message}" in f"\n{cli.stderr}", kind  # editors jump to it
 
 
-def test_cli_prints_outputs_and_inline_values_and_exports_notebooks(tmp_path):
+def test_cli_prints_outputs_and_inline_values_and_exports_notebooks(tmp_path, lessonlib_cli):
     site = make_site(tmp_path, {"good.md": GOOD})
-    result = lessonlib_cli(site, "run", "docs/good.md")
+    result = cli_process(site, "run", "docs/good.md")  # the CLI door itself: `python -m lessonlib` in a process
     assert result.returncode == 0, result.stderr
     assert "hello from the good page" in result.stdout
     assert "[figure: A line that rises from 0 to 1.]" in result.stdout
@@ -99,7 +99,7 @@ def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_pat
     trees = []
     for name in ("a", "b"):
         site = make_site(tmp_path / name, {"index.md": "# Home\n", "good.md": GOOD})
-        assert build(site).returncode == 0
+        assert build_process(site).returncode == 0  # a process each, with a hash seed of its own: set order shows
         trees.append(site / "site")
     differing = set(_differences(filecmp.dircmp(trees[0], trees[1])))
     assert differing <= DATED, differing - DATED
@@ -114,11 +114,12 @@ def _differences(cmp: filecmp.dircmp, prefix: str = ""):
         yield from _differences(sub, f"{prefix}{name}/")
 
 
-def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usable(tmp_path):
+def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usable(tmp_path, lessonlib_cli):
     slow = GOOD + "\n```python exec\nimport time\ntime.sleep(1.5)\n```\n"
     site = make_site(tmp_path, {"good.md": slow})
     env = environment()
-    args = [sys.executable, "-m", "lessonlib", "run", "docs/good.md"]
+    args = [*LESSONLIB, "run", "docs/good.md"]
+    # processes: two runs at once, and one killed
     both = [subprocess.Popen(args, cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
     assert [p.wait(timeout=120) for p in both] == [0, 0]
     assert "from cache" in lessonlib_cli(site, "run", "docs/good.md").stderr
@@ -135,12 +136,12 @@ def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usa
     assert after.returncode == 0 and "from cache" in after.stderr
 
 
-def test_a_warm_build_does_not_import_torch(tmp_path):
+def test_a_warm_build_does_not_import_torch(tmp_path, build):
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
     assert build(site).returncode == 0
     probe = ("import sys\nfrom mkdocs.__main__ import cli\ntry:\n    cli(['build', '--strict'])\nexcept SystemExit as e:\n"
              "    assert not e.code, e.code\nprint('torch imported:', 'torch' in sys.modules)\n")
-    warm = command([sys.executable, "-c", probe], site)
+    warm = command([sys.executable, "-c", probe], site)  # a fresh process: this one has imported torch
     assert "docs/good.md: from cache" in warm.stderr
     assert "torch imported: False" in warm.stdout, warm.stdout + warm.stderr
 
@@ -157,6 +158,7 @@ def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes(tmp_path)
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = environment()
+    # a process: serve runs until it is stopped, rebuilding meanwhile
     server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -12,14 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from fixture_sites import (
-    GOOD,
-    build,
-    command,
-    environment,
-    lessonlib_cli,
-    make_site,
-)
+from fixture_sites import GOOD, MKDOCS_BUILD, cli_process, command, environment, make_site
 
 from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError
@@ -81,7 +74,7 @@ def test_one_failing_page_does_not_stop_the_others_and_each_is_reported(settings
     assert isinstance(results[0], LessonError) and results[1].outputs.blocks[0].text == "fine\n"
 
 
-def test_build_and_cli_fail_and_the_previous_site_survives(tmp_path):
+def test_build_and_cli_fail_and_the_previous_site_survives(tmp_path, build, lessonlib_cli):
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
     assert build(site).returncode == 0
     before = {p.relative_to(site / "site"): p.read_bytes() for p in (site / "site").rglob("*") if p.is_file()}
@@ -102,12 +95,12 @@ def test_build_and_cli_fail_and_the_previous_site_survives(tmp_path):
 def test_the_pytest_item_fails_with_the_located_cause(tmp_path):
     site = make_site(tmp_path, {"lessons/bad.md": FAULTS["os._exit(3)"][0]})
     (site / "conftest.py").write_text('pytest_plugins = ["lessonlib.engine.pytest_plugin"]\n')
-    result = command([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "docs"], site)
+    result = command([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "docs"], site)  # the pytest door
     assert result.returncode == 1
     assert "docs/lessons/bad.md:1: the page's process exited with status 3 while running this block" in result.stdout
 
 
-def test_one_or_many_workers_give_the_same_bytes(tmp_path):
+def test_one_or_many_workers_give_the_same_bytes(tmp_path, build):
     pages = {"index.md": "# Home\n", "good.md": GOOD}
     for n in range(3):
         pages[f"p{n}.md"] = textwrap.dedent(f"""\
@@ -121,7 +114,7 @@ def test_one_or_many_workers_give_the_same_bytes(tmp_path):
     trees = []
     for workers in ("1", "3"):
         site = make_site(tmp_path / workers, pages)
-        result = command([sys.executable, "-m", "mkdocs", "build", "--strict"], site, LESSONLIB_WORKERS=workers)
+        result = build(site, LESSONLIB_WORKERS=workers)
         assert result.returncode == 0, result.stderr
         trees.append(site / "site")
     files = sorted(p.relative_to(trees[0]) for p in trees[0].rglob("*") if p.is_file() and "sitemap" not in p.name)
@@ -139,7 +132,7 @@ def test_concurrent_builds_of_one_checkout_run_each_page_once(tmp_path):
 
     def start(name: str) -> tuple[subprocess.Popen, Path]:
         err = tmp_path / f"{name}.err"
-        args = [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / name)]
+        args = [*MKDOCS_BUILD, "-d", str(tmp_path / name)]
         return subprocess.Popen(args, cwd=site, env=environment(), stdout=subprocess.DEVNULL, stderr=err.open("w")), err
 
     def until(condition) -> None:
@@ -149,7 +142,7 @@ def test_concurrent_builds_of_one_checkout_run_each_page_once(tmp_path):
             time.sleep(0.05)
         raise AssertionError("gave up waiting")
 
-    a, a_err = start("a")
+    a, a_err = start("a")  # processes: two builds at once
     until(lambda: log.exists())
     b, b_err = start("b")
     until(lambda: "waiting for another build" in b_err.read_text())
@@ -166,6 +159,7 @@ def test_a_page_that_used_a_process_pool_exits_cleanly(tmp_path):
             "def work(i):\n    with tqdm(disable=True):\n        return i\n"
             "print(sum(Parallel(n_jobs=2)(delayed(work)(i) for i in range(4))))\n```\n")
     site = make_site(tmp_path, {"pool.md": page})
-    result = lessonlib_cli(site, "run", "docs/pool.md")
+    # a process: the warning is printed as the page's processes end, onto the run's fd 2, not sys.stderr
+    result = cli_process(site, "run", "docs/pool.md")
     assert result.returncode == 0 and "6\n" in result.stdout, result.stderr
     assert "leaked" not in result.stderr, result.stderr

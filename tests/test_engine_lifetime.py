@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import pytest
-from fixture_sites import command, environment, make_site
+from fixture_sites import environment, make_site
 from site_support import gone, kill_quietly, until
 
 from lessonlib.engine.config import Settings
@@ -36,6 +36,7 @@ while True:
 def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
     pids_file = tmp_path / "pids.json"
     site = make_site(tmp_path / "site", {"index.md": "# Home\n", "spin.md": SPINNER.format(pids=str(pids_file))})
+    # a process: the signal ends the build itself
     build = subprocess.Popen([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pids: list[int] = []
@@ -55,7 +56,7 @@ def test_a_process_left_in_a_new_session_fails_the_page_and_holds_no_output_of_t
             f"start_new_session=True)\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n```\n")
     site = make_site(tmp_path / "site", {"index.md": "# Home\n", "leaves.md": page})
     try:
-        # capture_output: a process that held the build's stdout or stderr would hold this call
+        # a process, with capture_output: a process that held the build's stdout or stderr would hold this call
         result = subprocess.run([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(),
                                 capture_output=True, text=True, timeout=120)
         pid = int(pid_file.read_text())
@@ -101,12 +102,12 @@ def test_a_block_that_kills_the_forkserver_does_not_stop_its_page_or_the_next(tm
     assert a.outputs.blocks[1].text == "on\n" and b.outputs.blocks[0].text == "next page\n"
 
 
-def test_sets_of_strings_print_the_same_on_every_build(tmp_path):
+def test_sets_of_strings_print_the_same_on_every_build(tmp_path, lessonlib_cli):
     page = "```python exec\nprint(hash('lessonlib'), list({'apple', 'banana', 'cherry', 'date', 'elder', 'fig'}))\n```\n"
     site = make_site(tmp_path, {"seed.md": page})
-    runs = [command([sys.executable, "-m", "lessonlib", "run", "docs/seed.md"], site, LESSONLIB_REFRESH="1")
-            for _ in range(2)]
+    runs = [lessonlib_cli(site, "run", "docs/seed.md", LESSONLIB_REFRESH="1") for _ in range(2)]
     printed = [r.stdout.split("\n", 2)[1] for r in runs]
+    # a process: the hash seed is set as an interpreter starts
     expected = subprocess.run([sys.executable, "-c", page.split("\n")[1]], capture_output=True, text=True,
                               env={**os.environ, "PYTHONHASHSEED": "0"}).stdout.strip()
     assert printed == [expected, expected], (printed, expected)

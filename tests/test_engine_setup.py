@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from fixture_sites import GOOD, MKDOCS_YML, build, command, lessonlib_cli, make_site
+from fixture_sites import GOOD, LESSONLIB, MKDOCS_BUILD, MKDOCS_YML, make_site
 from site_support import can_mount_tmpfs, tree, with_cache_on_tmpfs
 
 from lessonlib.engine.cache import prune
@@ -20,7 +20,6 @@ from lessonlib.engine.errors import LessonError
 from lessonlib.engine.page import execute_page
 
 ROOT = Path(__file__).resolve().parents[1]
-BUILD = [sys.executable, "-m", "mkdocs", "build", "--strict"]
 
 
 def one_clear_line(output: str, *words: str) -> None:
@@ -38,11 +37,10 @@ ENVIRONMENT = {
 
 
 @pytest.mark.parametrize("case", ENVIRONMENT)
-def test_a_bad_environment_value_is_one_line_naming_it(tmp_path, case):
+def test_a_bad_environment_value_is_one_line_naming_it(tmp_path, case, build, lessonlib_cli):
     name, value, words = ENVIRONMENT[case]
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
-    for args in (BUILD, [sys.executable, "-m", "lessonlib", "run", "docs/good.md"]):
-        result = command(args, site, **{name: value})
+    for result in (build(site, **{name: value}), lessonlib_cli(site, "run", "docs/good.md", **{name: value})):
         assert result.returncode != 0
         one_clear_line(result.stderr, f"{name}: '{value}'", words)
 
@@ -58,7 +56,7 @@ OPTIONS = {
 
 
 @pytest.mark.parametrize("option", OPTIONS)
-def test_a_bad_option_is_one_line_naming_it_and_changes_nothing(tmp_path, option):
+def test_a_bad_option_is_one_line_naming_it_and_changes_nothing(tmp_path, option, build, lessonlib_cli):
     name, value, words = OPTIONS[option]
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
     assert build(site).returncode == 0
@@ -87,7 +85,7 @@ def test_a_bad_timeout_on_a_fence_fails_at_the_fence(tmp_path, options):
     assert str(info.value) == f"docs/p.md:3: {FENCES[options]}"
 
 
-def test_a_cache_folder_that_is_a_file_is_one_line(tmp_path):
+def test_a_cache_folder_that_is_a_file_is_one_line(tmp_path, build, lessonlib_cli):
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
     (site / ".cache").write_text("not a folder")
     for result in (build(site), lessonlib_cli(site, "run", "docs/good.md")):
@@ -101,14 +99,14 @@ BIG_MEMO = GOOD + "\n```python exec\nimport lessonlib\nbig = lessonlib.memo(lamb
 
 @needs_tmpfs
 @pytest.mark.parametrize("cache", ["full", "read-only"])
-def test_a_full_or_read_only_cache_is_one_line_and_the_site_stays_as_it_was(tmp_path, cache):
+def test_a_full_or_read_only_cache_is_one_line_and_the_site_stays_as_it_was(tmp_path, cache, build):
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
     assert build(site).returncode == 0
     before = tree(site / "site")
     (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from"))
     options, words = {"full": ("size=16k", "is on a full disk"), "read-only": ("ro", "cannot be written")}[cache]
 
-    result = with_cache_on_tmpfs(BUILD, site, site / ".cache", options)
+    result = with_cache_on_tmpfs(MKDOCS_BUILD, site, site / ".cache", options)  # a process: in a mount namespace
     assert result.returncode != 0
     one_clear_line(result.stderr, f"the cache folder {site / '.cache'}", words, "LESSONLIB_CACHE_DIR")
     assert tree(site / "site") == before
@@ -118,8 +116,8 @@ def test_a_full_or_read_only_cache_is_one_line_and_the_site_stays_as_it_was(tmp_
 @needs_tmpfs
 def test_a_memoized_result_that_fills_the_disk_is_the_caches_fault_and_leaves_nothing_half_written(tmp_path):
     site = make_site(tmp_path, {"big.md": BIG_MEMO})
-    result = with_cache_on_tmpfs([sys.executable, "-m", "lessonlib", "run", "docs/big.md"], site, site / ".cache",
-                                 "size=256k")
+    # a process: in a mount namespace
+    result = with_cache_on_tmpfs([*LESSONLIB, "run", "docs/big.md"], site, site / ".cache", "size=256k")
     assert result.returncode == 2
     one_clear_line(result.stderr, "lessonlib: the cache folder", "memo is on a full disk")
     assert "docs/big.md:" not in result.stderr, "not blamed on the lesson's line"
@@ -127,7 +125,7 @@ def test_a_memoized_result_that_fills_the_disk_is_the_caches_fault_and_leaves_no
 
 
 def test_prune_removes_what_a_killed_write_left_and_nothing_a_live_one_is_writing(tmp_path):
-    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])  # a process that has ended: a writer's pid that is gone
     ended.wait()
     (tmp_path / "memo").mkdir()
     abandoned = tmp_path / f"memo/.key.pkl.{ended.pid}.0123456789ab.tmp"
@@ -156,7 +154,7 @@ def test_a_misspelt_name_keeps_pythons_suggestion(tmp_path):
     assert str(info.value).startswith("docs/p.md:3: NameError: name 'valeu' is not defined. Did you mean: 'value'?")
 
 
-def test_lessonlib_run_on_a_failing_page_prints_what_the_blocks_before_printed(tmp_path):
+def test_lessonlib_run_on_a_failing_page_prints_what_the_blocks_before_printed(tmp_path, lessonlib_cli):
     page = ("```python exec\nprint('first block')\n```\n\n```python exec\nprint('second block')\n```\n\n"
             "```python exec\nprint('third, partly')\nraise RuntimeError('no')\n```\n")
     site = make_site(tmp_path, {"fails.md": page})
