@@ -2,6 +2,7 @@
 raw TeX left in the rendered text, literals and timing blocks marked as such."""
 from __future__ import annotations
 
+import markdown
 import pytest
 from fixture_sites import make_site
 
@@ -10,8 +11,17 @@ from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.mathml import leftover_tex, source_line
 from lessonlib.engine.numerals import hand_typed_numerals
+from lessonlib.engine.outputs import DataTable
 from lessonlib.engine.page import execute_page
-from lessonlib.engine.render import TIMING_CLASS, figure_files, render
+from lessonlib.engine.render import (
+    DATA_TITLE,
+    TIMING_CLASS,
+    figure_files,
+    fill_html_slots,
+    html_data_table,
+    markdown_table,
+    render,
+)
 from lessonlib.engine.session import BlockOutput, Figure
 
 PROSE = """\
@@ -52,7 +62,7 @@ def test_alt_text_and_caption_state_the_values_the_block_computed(tmp_path):
     figure = result.outputs.blocks[0].figures[0]
     assert (figure.alt, figure.caption) == ("Accuracy falls to 12% at 16 digits {sic}.", "Accuracy (16 digits).")
     assert 'alt="Accuracy falls to 12% at 16 digits {sic}."><figcaption>Accuracy (16 digits).</figcaption>' \
-        in result.markdown
+        in fill_html_slots(result.markdown, result.page, result.outputs.blocks)
     for option in ("alt", "caption"):
         with pytest.raises(LessonError, match=rf"^docs/p.md:1: {option}: NameError"):
             execute_page(page.replace("{n}", "{m}"), "docs/p.md", Settings(root=tmp_path))
@@ -79,8 +89,9 @@ def test_figure_data_is_offered_as_a_collapsed_table_under_the_figure(tmp_path):
     result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
     (table,) = result.outputs.blocks[0].tables
     assert table.columns == ["x", "y|value"] and table.rows == [["1", "0.5"], ["2", "0.333"], ["3", "2e-09"]]
-    assert '??? note "The data in this figure"\n\n    | x | y\\|value |\n    | --- | --- |\n    | 1 | 0.5 |' \
-        in result.markdown
+    assert ('<details class="note">\n<summary>The data in this figure</summary>\n<table>\n<thead>\n<tr>\n<th>x</th>\n'
+            '<th>y|value</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n<td>1</td>\n<td>0.5</td>\n</tr>\n') \
+        in fill_html_slots(result.markdown, result.page, result.outputs.blocks)
     counted = page.replace('{"x": xs, "y|value": ys}', '{"x": [1000, 2, 3], "y": ys}, fmt=",.2f"')
     (table,) = execute_page(counted, "docs/p.md", Settings(root=tmp_path)).outputs.blocks[0].tables
     assert table.rows == [["1,000", "0.50"], ["2", "0.33"], ["3", "0.00"]], "whole numbers stay whole"
@@ -109,9 +120,17 @@ def test_a_literal_renders_as_plain_text_with_or_without_execution():
     assert render(page, [], {"n": "5"}) == "Since 1997\\*, n = 5.\n"
 
 
+def test_a_data_table_is_the_html_markdown_makes_of_it():
+    # written as HTML, not parsed from Markdown on every build: it must come out as Markdown would have made it
+    table = DataTable(["x < y", "a|b", "*c*"], [["1 & 2", "`3`", "\"4_5_\""], ["<b>", "\\", "[6]"]])
+    collapsed = f'??? note "{DATA_TITLE}"\n\n' + "".join(f"    {row}\n" for row in markdown_table(table).split("\n"))
+    assert html_data_table(table) == markdown.markdown(collapsed, extensions=["pymdownx.details", "tables"])
+
+
 def test_timing_block_outputs_are_marked_for_readers_and_for_comparisons():
     page = parse_page('```python exec timing alt="Time per step."\nt = 1\n```\n', "docs/p.md")
-    markdown = render(page, [BlockOutput("0.12 ms\n", [Figure("<svg/>", "Time per step.")])], {})
+    outputs = [BlockOutput("0.12 ms\n", [Figure("<svg/>", "Time per step.")])]
+    markdown = fill_html_slots(render(page, outputs, {}), page, outputs)
     assert f".{TIMING_CLASS}" in markdown and "vary from run to run" in markdown
     assert f'class="lessonlib-figure {TIMING_CLASS}"' in markdown
     (name,) = figure_files(page, [BlockOutput("", [Figure("<svg/>", "Time per step.")])])

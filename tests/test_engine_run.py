@@ -110,7 +110,7 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     assert figure.svg == second.outputs.blocks[0].figures[0].svg
     (name, svg), = figure_files(first.page, first.outputs.blocks).items()
     assert svg == figure.svg and name.startswith("figure-") and name.endswith(".svg")
-    assert f'<img src="{name}" alt="A rising line.">' in first.markdown
+    assert f'<img src="{name}" alt="A rising line.">' in fill_html_slots(first.markdown, first.page, first.outputs.blocks)
 
 
 @pytest.mark.parametrize("options", ["", ' alt=""', " alt=' '", ' caption="Only a caption."'])
@@ -155,14 +155,14 @@ def test_block_output_with_html_stays_text():
 def test_html_option_inserts_markup_for_widgets():
     result = run('```python exec hide-code html\nprint("<div id=\'w\'>\\n\\n<b>hi</b></div>")\n```\n')
     assert "```" not in result.markdown and "<b>hi</b>" not in result.markdown  # Markdown never parses it
-    assert "<div id='w'>\n\n<b>hi</b></div>" in fill_html_slots(markdown.markdown(result.markdown), result.outputs.blocks)
+    assert "<div id='w'>\n\n<b>hi</b></div>" in fill_html_slots(markdown.markdown(result.markdown), result.page, result.outputs.blocks)
 
 
 def test_html_markup_in_a_collapsed_block_is_not_wrapped_in_a_paragraph():
     page = '??? note "More"\n\n    ```python exec hide-code html\n    print("<div id=\'w\'><b>*hi*</b></div>")\n    ```\n'
     result = run(page)
     rendered = markdown.markdown(result.markdown, extensions=["admonition", "pymdownx.details", "pymdownx.superfences"])
-    filled = fill_html_slots(rendered, result.outputs.blocks)
+    filled = fill_html_slots(rendered, result.page, result.outputs.blocks)
     assert "\n<div id='w'><b>*hi*</b></div>\n" in filled and "<p><div" not in filled
 
 

@@ -188,6 +188,8 @@ class _Run:
              results: list, total: int, again: bool = True) -> None:
         """Run the pages; one whose input changed while it ran runs once more (`again`), and
         is stored only from a run during which its inputs held still."""
+        if not claimed:  # every page came from the cache
+            return
         from lessonlib.engine.pool import (  # here: a warm build starts no process
             Task,
             run_pages,

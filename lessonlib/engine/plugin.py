@@ -155,7 +155,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
     def on_page_content(self, html, page, config, files):
         result = self.results.get(self._rel(page.file.abs_src_path))
         if result is not None and result.outputs is not None:
-            html = fill_html_slots(html, result.outputs.blocks)
+            html = fill_html_slots(html, result.page, result.outputs.blocks)
         html = to_mathml(html, self.memo)
         if page.file.src_uri.endswith(".ipynb"):  # mkdocs-jupyter's page offers the download itself
             html += self._notebook_links(config, page, Path(page.file.src_uri).name)

@@ -107,11 +107,11 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None, index: in
         return lines
     pieces: list[str] = []
     if output.text and "html" in block.options:
-        pieces.append(_html_slot(index))
+        pieces.append(_slot(index, "html", 0))
     elif output.text and "hide-output" not in block.options:
         pieces.append(_text_output(output.text, timing="timing" in block.options))
-    pieces += [_figure(f, timing="timing" in block.options) for f in output.figures]
-    pieces += [data_table(t) for t in output.tables]
+    pieces += [_slot(index, "figure", i) for i in range(len(output.figures))]
+    pieces += [_slot(index, "table", i) for i in range(len(output.tables))]
     for piece in pieces:
         lines.append("\n")
         lines += [f"{block.indent}{row}\n" if row else "\n" for row in piece.split("\n")]
@@ -120,20 +120,35 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None, index: in
     return lines
 
 
-# Opt-in markup (widgets, explorations) enters the page after Markdown, in place of a slot:
-# Markdown would only pass it through, at a cost that grows with its size (an exploration's
-# frames are hundreds of kilobytes), and inside an admonition it would wrap it in a paragraph.
-_SLOT = '<div class="lessonlib-html-slot" data-block="{}"></div>'
-_SLOTS = re.compile(r'(<p>)?<div class="lessonlib-html-slot" data-block="(\d+)"></div>(?(1)</p>)')
+# The HTML a block's outputs become (its figures, their data tables, and opt-in markup such as
+# an exploration) enters the page after Markdown, in place of a slot: Markdown would only pass
+# it through, at a cost that grows with its size (an exploration's frames are hundreds of
+# kilobytes, a data table is a Markdown table to parse), and inside a collapsed block it would
+# wrap it in a paragraph.
+_SLOT = '<div class="lessonlib-html-slot" data-slot="{}-{}-{}"></div>'
+_SLOTS = re.compile(r'<(p><)?div class="lessonlib-html-slot" data-slot="(\d+)-(\w+)-(\d+)"></div>(?(1)</p>)')
 
 
-def _html_slot(index: int) -> str:
-    return _SLOT.format(index)
+def _slot(index: int, kind: str, i: int) -> str:
+    return _SLOT.format(index, kind, i)
 
 
-def fill_html_slots(page_html: str, outputs: list[BlockOutput]) -> str:
-    """The page's HTML with each `html` block's markup in its slot, as the block printed it."""
-    return _SLOTS.sub(lambda slot: outputs[int(slot.group(2))].text.strip(), page_html)
+def fill_html_slots(page_html: str, page: ParsedPage, outputs: list[BlockOutput]) -> str:
+    """The page's HTML with each slot filled: a block's figure, a figure's data, or what an
+    `html` block printed, as it printed it."""
+    if "lessonlib-html-slot" not in page_html:
+        return page_html
+
+    def fill(slot: re.Match[str]) -> str:
+        index, kind, i = int(slot.group(2)), slot.group(3), int(slot.group(4))
+        output = outputs[index]
+        if kind == "figure":
+            return _figure(output.figures[i], timing="timing" in page.blocks[index].options)
+        if kind == "table":
+            return html_data_table(output.tables[i])
+        return output.text.strip()
+
+    return _SLOTS.sub(fill, page_html)
 
 
 # A `timing` block's output is a wall-clock measurement: marked for readers, and by class
@@ -183,13 +198,18 @@ def _figure(figure: Figure, timing: bool = False) -> str:
 DATA_TITLE = "The data in this figure"
 
 
-def data_table(table: DataTable) -> str:
-    """A figure's numbers as a Markdown table in a collapsed block, for readers who cannot see it."""
-    body = "\n".join(f"    {row}" for row in markdown_table(table).split("\n"))
-    return f'??? note "{DATA_TITLE}"\n\n{body}'
+def html_data_table(table: DataTable) -> str:
+    """A figure's numbers as a table in a collapsed block, for readers who cannot see it: the
+    markup Markdown makes of `??? note` and a table."""
+    def row(cells, tag: str) -> str:
+        return "<tr>\n" + "".join(f"<{tag}>{html.escape(str(c), quote=False)}</{tag}>\n" for c in cells) + "</tr>\n"
+
+    body = "".join(row(r, "td") for r in table.rows)
+    return (f'<details class="note">\n<summary>{DATA_TITLE}</summary>\n<table>\n<thead>\n{row(table.columns, "th")}'
+            f"</thead>\n<tbody>\n{body}</tbody>\n</table>\n</details>")
 
 
 def markdown_table(table: DataTable) -> str:
+    """The same numbers as a Markdown table (a notebook's output)."""
     rows = [table.columns, ["---"] * len(table.columns), *table.rows]
     return "\n".join("| " + " | ".join(_as_text(cell) for cell in row) + " |" for row in rows)
-
