@@ -19,7 +19,7 @@ Builds, each into a scratch folder with a scratch cache:
 The quick rows (all but a, a1, a0 and d) run N times (default 3), interleaved, and each prints
 its median: one run of a two-second build varies by a tenth of a second on a shared machine.
 --warm CACHE starts from a copy of a cache an earlier build filled (e.g. .lessonlib-cache) and
-runs only the quick rows: minutes instead of three cold builds.
+runs only the quick rows: minutes instead of three cold builds; with --warm-ratio, only b and p.
 then the per-page start-up cost of a worker process against running the same page in-process,
 and `mkdocs serve`: seconds from a prose edit until the reloaded page shows it.
 Every file it edits is restored, even when interrupted.
@@ -250,6 +250,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each quick (warm) row; its median is printed")
     parser.add_argument("--serve-only", action="store_true", help="only the floor and the serve reload")
     parser.add_argument("--warm", type=Path, metavar="CACHE", help="start from a copy of CACHE; only the quick rows")
+    parser.add_argument("--warm-ratio", action="store_true",
+                        help="with --warm: only rows b and p, one after the other in each repeat, and the median "
+                             "of the repeats' b/p ratios (each pair ran seconds apart, under the same load)")
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -277,6 +280,17 @@ def main() -> None:
             run("a cold", cache, scratch / "cold")
             run("a1 cold, 1 worker", scratch / "cache1", scratch / "cold1", LESSONLIB_WORKERS="1")
             run("a0 cold, one core", scratch / "cache0", scratch / "cold0", prefix=("taskset", "-c", "0"))
+        if args.warm and args.warm_ratio:
+            for _ in range(args.repeats):
+                run("b warm, no change", cache, scratch / "warm")
+                run("p plain MkDocs", cache, scratch / "plain", config=plain, strict=False)
+            pairs = [b[0] / p[0] for b, p in zip(rows["b warm, no change"], rows["p plain MkDocs"])]
+            for name, runs in rows.items():
+                print(f"{name:<28}{statistics.median(s for s, _, _ in runs):>9.2f}  "
+                      + ", ".join(f"{s:.2f}" for s, _, _ in runs))
+            print(f"median of the paired ratios b/p = {statistics.median(pairs):.3f}   (goal <= 1.05); "
+                  f"each: {', '.join(f'{r:.2f}' for r in pairs)}")
+            return
         rendered = without_lessonlib(scratch, rendered_docs(scratch, cache), "mkdocs-rendered.yml")
         # The quick rows, interleaved, args.repeats times: each prints its median.
         for _ in range(args.repeats):
