@@ -37,14 +37,19 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
     pids_file = tmp_path / "pids.json"
     site = make_site(tmp_path / "site", {"index.md": "# Home\n", "spin.md": SPINNER.format(pids=str(pids_file))})
     # a process: the signal ends the build itself
+    def default_action() -> None:  # even where the suite inherited SIGHUP ignored (nohup); SIGKILL has no other
+        if sig != signal.SIGKILL:
+            signal.signal(sig, signal.SIG_DFL)
+
     build = subprocess.Popen([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_action)
     pids: list[int] = []
     try:
         until(lambda: pids_file.exists() and pids_file.read_text(), "the page to start spinning")
         pids = list(json.loads(pids_file.read_text()).values())
         build.send_signal(sig)
-        build.wait()
+        # ended by the signal, not by the spinning block's timeout
+        assert build.wait() in (-sig, 128 + sig), f"the build exited with {build.returncode}"
         until(lambda: all(map(gone, pids)), "the forkserver, the worker and its sleeper to end", bound_s=60)
     finally:
         kill_quietly(pids)
