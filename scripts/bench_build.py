@@ -256,6 +256,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    if args.warm_ratio and not args.warm:
+        parser.error("--warm-ratio needs --warm CACHE (it measures warm builds only)")
     lesson = args.lesson.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="bench-build-"))
     cache = scratch / "cache"
