@@ -1,14 +1,17 @@
 """One clear line, never a traceback, for every bad value: an environment variable, an option in
 mkdocs.yml, a block's timeout, a cache folder that is a file, read-only or on a full disk (the
-cache's fault, not a lesson's). And the author's view: errors keep what Python says (the caret,
-"Did you mean"), `lessonlib run` shows the blocks before a failure; documented calls work."""
+cache's fault, not a lesson's), a file of the site that the disk refuses. And the author's view:
+errors keep what Python says (the caret, "Did you mean"), `lessonlib run` shows the blocks before
+a failure; documented calls work."""
 from __future__ import annotations
 
+import errno
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from fixture_sites import GOOD, LESSONLIB, MKDOCS_BUILD, MKDOCS_YML, make_site
@@ -111,6 +114,20 @@ def test_a_full_or_read_only_cache_is_one_line_and_the_site_stays_as_it_was(tmp_
     one_clear_line(result.stderr, f"the cache folder {site / '.cache'}", words, "LESSONLIB_CACHE_DIR")
     assert tree(site / "site") == before
     assert ".tmp" not in result.stdout.split("LEFT IN CACHE:")[1], result.stdout
+
+
+def test_a_site_file_the_disk_refuses_is_one_line_and_the_site_stays_as_it_was(tmp_path, build):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    assert build(site).returncode == 0
+    before = tree(site / "site")
+    (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from"))
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    with mock.patch("lessonlib.engine.plugin.write_atomically", side_effect=full):  # the page's figure is first
+        result = build(site)
+    assert result.returncode != 0
+    one_clear_line(result.stdout + result.stderr, "cannot write good/figure-", "into the site being built",
+                   os.strerror(errno.ENOSPC))
+    assert tree(site / "site") == before
 
 
 @needs_tmpfs

@@ -129,16 +129,16 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         rendered = result.markdown.split("\n", offset)[-1] if offset else result.markdown
         if result.outputs is None:
             return rendered
-        folder = Path(config.site_dir) / Path(page.file.dest_uri).parent  # where the page's links point
+        site, folder = Path(config.site_dir), Path(page.file.dest_uri).parent  # where the page's links point
         for name, svg in figure_files(result.page, result.outputs.blocks).items():
-            write_atomically(folder / name, svg)
+            _write_to_site(site, (folder / name).as_posix(), svg)
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
         store = self.settings.cache_dir / "notebooks" if self.settings.cache_dir else None
         try:
             text = notebook_text(result.page, result.outputs, result.key, store, self.install)
         except SetupError as e:
             raise PluginError(str(e)) from None
-        write_atomically(folder / notebook, text)
+        _write_to_site(site, (folder / notebook).as_posix(), text)
         link = f'<a href="{notebook}" download>Download this lesson as a Jupyter notebook</a>'
         return f"{rendered}\n{self._notebook_links(config, page, notebook, link)}\n"
 
@@ -174,8 +174,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         """The exercise notebook offered for download starts with the install cell."""
         source = Path(page.file.abs_src_path)
         if source.suffix == ".ipynb":
-            target = Path(page.file.abs_dest_path).parent / source.name
-            write_atomically(target, published_exercise(source.read_text(encoding="utf-8"), self.install))
+            text = published_exercise(source.read_text(encoding="utf-8"), self.install)
+            _write_to_site(Path(config.site_dir), (Path(page.file.dest_uri).parent / source.name).as_posix(), text)
         return output
 
     def on_serve(self, server, config, builder):
@@ -236,6 +236,15 @@ class LessonPlugin(BasePlugin[LessonConfig]):
 
     def _rel(self, path: str | Path) -> str:
         return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
+
+
+def _write_to_site(site: Path, name: str, text: str) -> None:
+    """The file `name` (a path in the site) of the site being built: a disk that refuses it is
+    one line, and the site stays as it was (it is published only once the build is done)."""
+    try:
+        write_atomically(site / name, text)
+    except OSError as e:
+        raise PluginError(f"cannot write {name} into the site being built: {e.strerror or e}") from None
 
 
 class _Count(logging.Handler):
