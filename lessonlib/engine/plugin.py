@@ -157,8 +157,10 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         if result is not None and result.outputs is not None:
             html = fill_html_slots(html, result.page, result.outputs.blocks)
         html = to_mathml(html, self.memo)
-        if page.file.src_uri.endswith(".ipynb"):  # mkdocs-jupyter's page offers the download itself
-            html += self._notebook_links(config, page, Path(page.file.src_uri).name)
+        if page.file.src_uri.endswith(".ipynb"):  # an exercise: on_post_page writes its download
+            notebook = Path(page.file.src_uri).name
+            link = f'<a href="{notebook}" download>Download this exercise as a Jupyter notebook</a>'
+            html += self._notebook_links(config, page, notebook, link)
         leaks = leftover_tex(html, self.memo)
         source = Path(page.file.abs_src_path)
         lines = source.read_text(encoding="utf-8").splitlines() if leaks and source.suffix == ".md" else []
