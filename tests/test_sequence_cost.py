@@ -67,6 +67,9 @@ def test_memory_task_transformer_fills_the_recurrent_slot(device):
     tokens, labels = memory_task.make_batch(8, 40, torch.Generator().manual_seed(0), device)
     logits = model(tokens)
     assert logits.shape == (8, memory_task.CLUES)
+    # it computes only the last position's query; every position computed gives the same logits
+    for written_out in (False, True):
+        torch.testing.assert_close(sequence_cost.every_position(model, tokens, written_out), logits)
     # causal: the logits read the last position, which sees everything; changing a middle token moves them
     changed = tokens.clone()
     changed[:, 20] = (changed[:, 20] - 2 + 1) % (memory_task.PROTOCOL.vocab - 2) + 2

@@ -135,6 +135,29 @@ def test_causal_output_never_depends_on_later_inputs():
     assert not torch.allclose(unmasked(changed)[0][:, :4], unmasked(x)[0][:, :4])
 
 
+@pytest.mark.parametrize("mask", MASKS)
+@pytest.mark.parametrize("need_weights", [True, False], ids=["written-out", "fused"])
+@pytest.mark.parametrize("last", [1, 3])
+def test_the_last_positions_alone_equal_the_full_run(mask, need_weights, last, device):
+    """last=k computes only the last k queries of the final block; outputs and gradients equal the full run's."""
+    torch.manual_seed(0)
+    model = Transformer(D, HEADS, layers=2, causal="causal" in mask).double().to(device)
+    x, padding = inputs(device)
+    kwargs = {"key_padding_mask": padding if "padding" in mask else None, "need_weights": need_weights}
+    full, full_weights = model(x, **kwargs)
+    out, weights = model(x, last=last, **kwargs)
+    assert out.shape == (B, last, D)
+    assert_close(out, full[:, -last:], atol=1e-12, rtol=0)
+    if need_weights:
+        assert_close(weights[-1], full_weights[-1][:, :, -last:], atol=1e-12, rtol=0)
+        assert_close(weights[0], full_weights[0], atol=0, rtol=0)  # earlier blocks: every position
+    proj = torch.randn_like(out)
+    grads = torch.autograd.grad((out * proj).sum(), [x, *model.parameters()])
+    want = torch.autograd.grad((full[:, -last:] * proj).sum(), [x, *model.parameters()])
+    for g, w in zip(grads, want, strict=True):
+        assert_close(g, w, atol=1e-10, rtol=0)
+
+
 # ----------------------------------------------------------------------------- the block
 
 @pytest.mark.parametrize("mask", MASKS)

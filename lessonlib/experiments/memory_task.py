@@ -123,7 +123,11 @@ class MemoryModel(nn.Module):
         self.head = nn.Linear(p.hidden, CLUES)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        out, _ = self.rnn(self.embed(tokens))  # (B, L, H)
+        x = self.embed(tokens)  # (B, L, E)
+        if isinstance(self.rnn, Transformer):  # only the last position is classified: compute it alone
+            out, _ = self.rnn(x, last=1)  # (B, 1, H)
+        else:
+            out, _ = self.rnn(x)  # (B, L, H)
         return self.head(out[:, -1])  # (B, 2) logits from the final hidden state
 
 

@@ -1,5 +1,9 @@
 """What a training step costs as the sequence grows: the memory task's LSTM against its transformer.
 
+Both models compute the output at every position, as a model that predicts each next token
+must: the memory task itself classifies only the last position, and its transformer then
+computes only that query (MemoryModel), which would hide the L^2 term counted here.
+
 Measured: the wall time of one forward and backward pass on a batch of the memory task, for
 each length, the two models timed in turn so that both see the same machine load.
 
@@ -52,8 +56,8 @@ def _data(length: int, batch: int, device: Device) -> tuple[Tensor, Tensor]:
 
 def time_step(lengths: Sequence[int], device: Device = "cpu", *, reps: int = 5,
               warmup: int = 2) -> dict[str, np.ndarray]:
-    """Median seconds of one forward + backward pass of the memory-task models, as they train
-    (nn.LSTM; the transformer with torch's fused attention), on the protocol's batch, per length."""
+    """Median seconds of one forward + backward pass of the memory-task models with torch's fused
+    kernels (nn.LSTM, fused attention), every position computed, on the protocol's batch, per length."""
     device = torch.device(device)
     with steady_cpu(device):  # as the memory task trains; one thread also depends less on load
         return _time_step(lengths, device, reps, warmup)
@@ -66,8 +70,8 @@ def _time_step(lengths: Sequence[int], device: torch.device, reps: int, warmup: 
     for length in lengths:
         tokens, labels = _data(length, memory_task.PROTOCOL.batch, device)
 
-        def step(model: nn.Module) -> None:
-            F.cross_entropy(model(tokens), labels).backward()
+        def step(model: memory_task.MemoryModel) -> None:
+            F.cross_entropy(every_position(model, tokens), labels).backward()
 
         times: dict[str, list[float]] = {name: [] for name in MODELS}
         for rep in range(warmup + reps):
@@ -83,14 +87,15 @@ def _time_step(lengths: Sequence[int], device: torch.device, reps: int, warmup: 
     return {"length": np.asarray(lengths), **{name: np.asarray(s) for name, s in seconds.items()}}
 
 
-def reference_forward(model: memory_task.MemoryModel, tokens: Tensor) -> Tensor:
-    """The memory model's logits through written-out layers: lessonlib's LSTM, or the transformer
-    with dot_product_attention (need_weights), so every product is an op a counter can see."""
+def every_position(model: memory_task.MemoryModel, tokens: Tensor, written_out: bool = False) -> Tensor:
+    """The memory model's logits (B, 2), with the output of every position computed. written_out:
+    through lessonlib's LSTM, or the transformer with dot_product_attention (need_weights), so
+    that every product is an op a counter can see; otherwise through torch's fused kernels."""
     x = model.embed(tokens)
     if isinstance(model.rnn, nn.LSTM):
-        out, _ = LSTM.from_torch(model.rnn)(x)
+        out, _ = (LSTM.from_torch(model.rnn) if written_out else model.rnn)(x)
     else:
-        out, _ = model.rnn(x, need_weights=True)
+        out, _ = model.rnn(x, need_weights=written_out)
     return model.head(out[:, -1])
 
 
@@ -126,7 +131,7 @@ def count(lengths: Sequence[int], device: Device = "cpu") -> dict[str, dict[str,
     """Per sequence, for each model and length: "flops" (forward + backward), "attention_flops"
     (forward products of the (L, L) weights, transformer only), "products" (matrix products in
     the forward pass), "saved" (bytes kept for the backward pass, written-out layers) and
-    "saved_fused" (the same for the models as trained: nn.LSTM, fused attention)."""
+    "saved_fused" (the same through torch's kernels: nn.LSTM, fused attention)."""
     results: dict[str, dict[str, list[int]]] = {name: {} for name in MODELS}
     for name in MODELS:
         model = memory_task.build(name, 0, device=device)
@@ -135,10 +140,10 @@ def count(lengths: Sequence[int], device: Device = "cpu") -> dict[str, dict[str,
             products = _ProductCounter()
             with FlopCounterMode(display=False) as flops:
                 with products:
-                    saved, logits = saved_bytes(lambda: reference_forward(model, tokens))
+                    saved, logits = saved_bytes(lambda: every_position(model, tokens, written_out=True))
                 forward = flops.get_flop_counts()["Global"]
                 F.cross_entropy(logits, labels).backward()
-            fused, _ = saved_bytes(lambda: model(tokens))
+            fused, _ = saved_bytes(lambda: every_position(model, tokens))
             row = {"flops": flops.get_total_flops(), "products": sum(products.calls.values()),
                    "attention_flops": forward.get(torch.ops.aten.bmm, 0), "saved": saved,
                    "saved_fused": fused}

@@ -98,20 +98,25 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(self.out_proj.bias)
 
     def forward(self, x: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None,
-                cache: KVCache | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+                cache: KVCache | None = None, need_weights: bool = True,
+                last: int | None = None) -> tuple[Tensor, Tensor | None]:
         """x (B, L, d). key_padding_mask (B, L_k), True: a padded key nobody may see.
         With a cache, x holds only the new positions; keys and values of earlier ones come from it.
+        With `last`, only the last `last` positions ask (every position is still a key and a
+        value), and only their outputs are returned: all a classifier of the last position needs.
         Returns the output (B, L, d) and every head's weights (B, heads, L, L_k), or None when
         need_weights is False: then, as in nn.MultiheadAttention, torch's fused kernel computes
         the same output without storing the (L, L_k) weights (on the course's CPU, attention's
         forward and backward at L = 300 ran about 5x faster)."""
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)  # each (B, L, d)
         q, k, v = (split_heads(t, self.heads) for t in (q, k, v))  # each (B, heads, L, d_head)
+        if last is not None:
+            q = q[:, :, -last:]  # (B, heads, last, d_head): these queries are the last of the keys' positions
         if cache is not None:
             k, v = cache.extend(k, v)  # (B, heads, L_k, d_head), L_k = earlier positions + L
         L, L_k = q.shape[-2], k.shape[-2]
         mask = None  # (B or 1, 1, L or 1, L_k), True: may attend
-        if causal:
+        if causal and L > 1:  # a lone query is the last position, which sees every key
             mask = causal_mask(L, L_k, device=x.device)
         if key_padding_mask is not None:
             keep = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, L_k): padded keys hidden from every query

@@ -40,9 +40,13 @@ class Block(nn.Module):
         self.norm2 = nn.LayerNorm(d_model)  # before the MLP
 
     def forward(self, x: Tensor, *, causal: bool = False, key_padding_mask: Tensor | None = None,
-                cache: KVCache | None = None, need_weights: bool = False) -> tuple[Tensor, Tensor | None]:
+                cache: KVCache | None = None, need_weights: bool = False,
+                last: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """With `last`, only the last `last` positions come out (B, last, d); they still attend to every position."""
         attended, weights = self.self_attn(self.norm1(x), causal=causal, key_padding_mask=key_padding_mask,
-                                           cache=cache, need_weights=need_weights)
+                                           cache=cache, need_weights=need_weights, last=last)
+        if last is not None:
+            x = x[:, -last:]
         x = x + attended  # residual: the block adds to the stream, it does not replace it
         x = x + self.linear2(F.gelu(self.linear1(self.norm2(x))))
         return x, weights
@@ -67,16 +71,21 @@ class Transformer(nn.Module):
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, x: Tensor, *, key_padding_mask: Tensor | None = None,
-                caches: list[KVCache] | None = None, need_weights: bool = False) -> tuple[Tensor, list[Tensor]]:
-        """With caches (one per block), x holds only the positions after those already cached."""
+                caches: list[KVCache] | None = None, need_weights: bool = False,
+                last: int | None = None) -> tuple[Tensor, list[Tensor]]:
+        """With caches (one per block), x holds only the positions after those already cached.
+        With `last`, only the last `last` positions come out (B, last, d_model): the final block
+        computes only theirs, the earlier blocks every position, since the final one reads them all."""
         if self.project is not None:
             x = self.project(x)
         if self.positions is not None:
             x = self.positions(x, start=len(caches[0]) if caches else 0)
         all_weights = []
         for i, block in enumerate(self.blocks):
+            final = i == len(self.blocks) - 1
             x, weights = block(x, causal=self.causal, key_padding_mask=key_padding_mask,
-                               cache=caches[i] if caches else None, need_weights=need_weights)
+                               cache=caches[i] if caches else None, need_weights=need_weights,
+                               last=last if final else None)
             if need_weights:
                 all_weights.append(weights)
         return self.norm(x), all_weights
