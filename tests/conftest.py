@@ -99,6 +99,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fresh-notebooks", action="store_true",
                      help="also run every downloadable notebook in a fresh venv (tests/test_downloaded_notebooks.py; "
                           "about 20 minutes on 2 cores: scripts/check_notebooks)")
+    parser.addoption("--screenshots", action="store_true",
+                     help="save a full-page screenshot of every page in each browser view, to look at "
+                          "(test-artifacts/screenshots)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -126,7 +129,7 @@ def _reads_lessons(item: pytest.Item) -> bool:
     return "site" in getattr(item, "fixturenames", ()) or item.get_closest_marker("lesson_results") is not None
 
 
-def pytest_terminal_summary(terminalreporter) -> None:
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     screenshots = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
-    if screenshots.is_dir():
+    if config.getoption("screenshots") and screenshots.is_dir():
         terminalreporter.write_line(f"browser screenshots (desktop and 390-px phone): {screenshots}")

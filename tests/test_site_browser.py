@@ -233,7 +233,7 @@ VIEWS = {"phone-light": (PHONE, "light"), "desktop-dark": (DESKTOP, "dark")}
 
 @pytest.mark.parametrize("view", VIEWS)
 @pytest.mark.parametrize("path", site_pages())
-def test_fits_the_screen_with_no_serious_accessibility_violations(new_reader, base_url, path, view):
+def test_fits_the_screen_with_no_serious_accessibility_violations(new_reader, base_url, path, view, request):
     viewport, scheme = VIEWS[view]
     # The palette follows the reader's system preference (mkdocs.yml), emulated here.
     page = new_reader(viewport=viewport, color_scheme=scheme).open(base_url + path)
@@ -246,8 +246,9 @@ def test_fits_the_screen_with_no_serious_accessibility_violations(new_reader, ba
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= viewport["width"], f"{path} scrolls sideways on a {view}: {width}px wide"
     assert not (violations := serious_violations(page)), "\n".join(violations)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / f"{path.strip('/').replace('/', '-') or 'home'}-{view}.png"), full_page=True)
+    if request.config.getoption("screenshots"):  # for a person to look at; seconds per long page
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{path.strip('/').replace('/', '-') or 'home'}-{view}.png"), full_page=True)
 
 
 def test_search_finds_the_forget_gate(reader, base_url):
