@@ -36,6 +36,9 @@ FAULTS = {
                     3, "block timed out after 0.5 s"),
     "output cap": ("```python exec\nprint('x' * 3000)\n```\n", 1, "this block's output is larger than the limit of 2 KB"),
     "near-miss fence": ("Some text.\n\n```py exec\nprint('never run')\n```\n", 3, "looks like a block to run but is not one"),
+    "slot markup in prose": ("```python exec\nprint(1)\n```\n\nSee `<div class=\"lessonlib-html-slot\">`.\n"
+                             "<div class=\"lessonlib-html-slot\" data-slot=\"7-figure-0\"></div>\n", 6,
+                             "the engine's own markup for block outputs"),
 }
 
 

@@ -20,6 +20,7 @@ KEYED = {"alt", "caption", "timeout"}
 # Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
 # an inline value is a single-backtick span `{py} expr` or `{py} expr:spec`, and a deliberate
 # literal in prose (a year, "Figure 2") is `{lit} text`, shown as plain text.
+SLOT_CLASS = "lessonlib-html-slot"  # render.py's placeholders for block outputs, filled after Markdown
 CODE_SPAN = re.compile(r"(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 _INLINE_VALUE = re.compile(r"\{py\}\s+(.+?)\s*")
 _LITERAL = re.compile(r"\{lit\}\s+(.+?)\s*")
@@ -94,6 +95,10 @@ def parse_page(text: str, path: str) -> ParsedPage:
             fence_line = lines[start]
             indent = fence_line[: len(fence_line) - len(fence_line.lstrip())]
             blocks.append(Block(kind, token.content, options, start, end, indent))
+    for i, line in enumerate(lines):
+        if prose[i] and SLOT_CLASS in CODE_SPAN.sub("", line):
+            raise LessonError(path, i + 1, f"this line holds the engine's own markup for block outputs ({SLOT_CLASS}), "
+                              "which the build replaces: put it in a code span to show it")
     inlines = [
         _inline(source, i + 1)
         for i, line in enumerate(lines)

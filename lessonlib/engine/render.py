@@ -7,6 +7,7 @@ import re
 
 from lessonlib.engine.blocks import (
     CODE_SPAN,
+    SLOT_CLASS,
     Block,
     ParsedPage,
     inline_source,
@@ -124,9 +125,9 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None, index: in
 # an exploration) enters the page after Markdown, in place of a slot: Markdown would only pass
 # it through, at a cost that grows with its size (an exploration's frames are hundreds of
 # kilobytes, a data table is a Markdown table to parse), and inside a collapsed block it would
-# wrap it in a paragraph.
-_SLOT = '<div class="lessonlib-html-slot" data-slot="{}-{}-{}"></div>'
-_SLOTS = re.compile(r'<(p><)?div class="lessonlib-html-slot" data-slot="(\d+)-(\w+)-(\d+)"></div>(?(1)</p>)')
+# wrap it in a paragraph. A page's prose may not hold this markup (parse_page says so).
+_SLOT = f'<div class="{SLOT_CLASS}" data-slot="{{}}-{{}}-{{}}"></div>'
+_SLOTS = re.compile(rf'<(p><)?div class="{SLOT_CLASS}" data-slot="(\d+)-(\w+)-(\d+)"></div>(?(1)</p>)')
 
 
 def _slot(index: int, kind: str, i: int) -> str:
@@ -136,7 +137,7 @@ def _slot(index: int, kind: str, i: int) -> str:
 def fill_html_slots(page_html: str, page: ParsedPage, outputs: list[BlockOutput]) -> str:
     """The page's HTML with each slot filled: a block's figure, a figure's data, or what an
     `html` block printed, as it printed it."""
-    if "lessonlib-html-slot" not in page_html:
+    if SLOT_CLASS not in page_html:
         return page_html
 
     def fill(slot: re.Match[str]) -> str:
