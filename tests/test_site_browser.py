@@ -118,13 +118,14 @@ def reader(new_reader) -> Reader:
 # axe's contrast check costs per element. Tokens of one class look alike within one kind of box,
 # so the contrast of code is checked on one token per class and box; every other rule reads all.
 SAMPLE_TOKENS = """() => {
-    const seen = new Set();
+    const longest = new Map();  // axe skips a text too short to judge (one character): sample the longest
     for (const token of document.querySelectorAll('.highlight code span')) {
         const box = token.closest('.admonition, details');
         const key = token.className + '|' + (box ? box.className : '');
-        if (!seen.has(key)) { seen.add(key); token.dataset.axeSample = ''; }
+        const best = longest.get(key);
+        if (!best || token.textContent.trim().length > best.textContent.trim().length) longest.set(key, token);
     }
-    return seen.size;
+    longest.forEach(token => { token.dataset.axeSample = ''; });
 }"""
 
 
@@ -132,10 +133,10 @@ def serious_violations(page) -> list[str]:
     """axe-core's violations of impact serious or critical on the page as it is now, one line each."""
     from axe_playwright_python.sync_playwright import Axe
 
-    runs = [({"exclude": [[".highlight"]]}, {})]  # everything but code
-    if page.evaluate(SAMPLE_TOKENS):  # and code: every rule but contrast, then contrast on the samples
-        runs += [({"include": [[".highlight"]]}, {"rules": {"color-contrast": {"enabled": False}}}),
-                 ({"include": [["[data-axe-sample]"]]}, {"runOnly": ["color-contrast"]})]
+    page.evaluate(SAMPLE_TOKENS)
+    runs = [({"include": [["html"]]}, {"rules": {"color-contrast": {"enabled": False}}}),  # every rule but contrast
+            # contrast: everything but code, and the code's samples (an include inside an exclude counts)
+            ({"include": [["html"], ["[data-axe-sample]"]], "exclude": [[".highlight"]]}, {"runOnly": ["color-contrast"]})]
     axe, violations = Axe(), []
     for context, options in runs:
         violations += axe.run(page, context=context, options={"resultTypes": ["violations"], **options}).response["violations"]
