@@ -6,14 +6,18 @@ import doctest
 import io
 import shutil
 import socket
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
+from fixture_sites import make_site
 from nbclient.exceptions import CellExecutionError
 from notebook_cells import execute, printed
 
+from lessonlib.engine import plugin
 from lessonlib.engine.blocks import parse_page
 from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
@@ -95,23 +99,67 @@ def test_the_wheel_holds_every_module_and_the_package_data():
     names = set(wheel.namelist())
     modules = {p.relative_to(project.root).as_posix() for p in (project.root / "lessonlib").rglob("*.py")}
     assert modules <= names and "lessonlib/data/shakespeare/hamlet.txt" in names
-    metadata = wheel.read("lessonlib-0.1.0.dist-info/METADATA").decode()
+    metadata = wheel.read(f"lessonlib-{project.version}.dist-info/METADATA").decode()
+    assert f"Version: {project.version}\n" in metadata and project.wheel_name == f"lessonlib-{project.version}-py3-none-any.whl"
     assert "Requires-Dist: torch\n" in metadata and 'Requires-Dist: mkdocs; extra == "site"' in metadata
-    assert wheel_bytes(project) == wheel_bytes(project), "the same sources must give the same wheel"
+    assert wheel_bytes(project) == wheel_bytes(read_project()), "the same sources must give the same wheel"
+
+
+def copy_of_the_project(folder: Path) -> Path:
+    shutil.copytree(ROOT / "lessonlib", folder / "lessonlib", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "constraints.txt"):
+        shutil.copy(ROOT / name, folder)
+    return folder
 
 
 def test_a_kept_wheel_is_reused_until_a_file_in_it_changes(tmp_path):
-    shutil.copytree(ROOT / "lessonlib", tmp_path / "project" / "lessonlib", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / "pyproject.toml", tmp_path / "project")
-    project, store = read_project(tmp_path / "project"), tmp_path / "wheel"
+    root, store = copy_of_the_project(tmp_path / "project"), tmp_path / "wheel"
+    project = read_project(root)
     made = wheel_bytes(project, store)
     assert made == wheel_bytes(project)  # kept, it is the wheel itself
-    kept = store / project.wheel_name
+    (kept,) = store.iterdir()
     kept.write_bytes(kept.read_bytes().split(b"\n", 1)[0] + b"\nnot the wheel")
     assert wheel_bytes(project, store) == b"not the wheel"  # reused: nothing in it changed
-    (tmp_path / "project" / "lessonlib" / "device.py").write_text("# edited\n")
-    edited = zipfile.ZipFile(io.BytesIO(wheel_bytes(project, store)))
+    (root / "lessonlib" / "device.py").write_text("# edited\n")
+    edited = zipfile.ZipFile(io.BytesIO(wheel_bytes(read_project(root), store)))
     assert edited.read("lessonlib/device.py") == b"# edited\n"
+    assert [p.name for p in store.iterdir()] == [kept.name], "one kept wheel, not one per version"
+
+
+def test_a_rebuilt_site_offers_the_new_wheel_alone_and_its_notebooks_install_it(tmp_path, build, monkeypatch):
+    root = copy_of_the_project(tmp_path / "project")
+    monkeypatch.setattr(plugin, "read_project", lambda: read_project(root))  # the site's lessonlib is the copy
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n\n```python exec\nprint(1)\n```\n"})
+    offered = []
+    for edit in ("", "# edited\n"):
+        (root / "lessonlib" / "device.py").write_text((ROOT / "lessonlib" / "device.py").read_text() + edit)
+        assert build(site, LESSONLIB_CACHE_DIR=str(tmp_path / "cache")).returncode == 0
+        (wheel,) = (p.name for p in (site / "site" / "downloads").glob("*.whl"))
+        assert wheel in (site / "site" / "index.ipynb").read_text(), "the notebook installs the wheel beside it"
+        offered.append(wheel)
+    assert offered[0] != offered[1], "an edit to lessonlib is a new version"
+
+
+def test_pip_replaces_the_lessonlib_of_an_older_site(tmp_path):
+    """pip keeps an installed version rather than reinstall the same one: an edit to lessonlib
+    must change the wheel's version, or a reader's notebook keeps the older site's lessonlib."""
+    root = copy_of_the_project(tmp_path / "project")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", tmp_path / "reader"], check=True)
+    reader = tmp_path / "reader" / "bin" / "python"
+
+    def publish_and_install() -> str:
+        project = read_project(root)
+        wheel = tmp_path / project.wheel_name
+        wheel.write_bytes(wheel_bytes(project))
+        subprocess.run([sys.executable, "-m", "pip", "--python", reader, "install", "--quiet", "--no-deps",
+                        "--no-index", wheel], check=True, capture_output=True)
+        found = subprocess.run([reader, "-c", "import lessonlib.device as d, pathlib; print(pathlib.Path(d.__file__).read_text())"],
+                               check=True, capture_output=True, text=True, cwd=tmp_path)
+        return found.stdout
+
+    first = publish_and_install()
+    (root / "lessonlib" / "device.py").write_text(first + "# edited on the course site\n")
+    assert publish_and_install().endswith("# edited on the course site\n\n"), "the reader still runs the older lessonlib"
 
 
 @pytest.mark.parametrize("site, repo, url", [

@@ -30,16 +30,17 @@ _EPOCH = (1980, 1, 1, 0, 0, 0)  # every entry's time: the same sources give the 
 
 @dataclass(frozen=True)
 class Project:
-    """What pyproject.toml says about the package."""
+    """What pyproject.toml says about the package, and the package's files as they were read."""
     root: Path
     name: str
-    version: str
+    version: str  # pyproject's, with a local label from the files: "0.1.0+<12 hex digits>"
     summary: str
     requires_python: str
     dependencies: tuple[str, ...]
     extras: dict[str, tuple[str, ...]]
     entry_points: dict[str, dict[str, str]]
     package_data: dict[str, tuple[str, ...]]  # package -> glob patterns in its folder
+    sources: dict[str, bytes]  # path in the wheel -> contents: the modules and the package data
 
     @property
     def wheel_name(self) -> str:
@@ -47,19 +48,28 @@ class Project:
 
 
 def read_project(root: Path = SOURCE) -> Project:
-    """Raises SetupError, in one line, when pyproject.toml cannot be read (lessonlib installed
-    from a wheel, not run from its checkout, has none: a site needs the checkout to publish it)."""
+    """The project as it is now. Its version carries a label computed from pyproject.toml and
+    every file of the package: pip keeps an installed version rather than reinstall the same
+    one, so a reader's notebook would otherwise go on running the lessonlib of an older site.
+
+    Raises SetupError, in one line, when pyproject.toml or a file of the package cannot be read
+    (lessonlib installed from a wheel, not run from its checkout, has no pyproject.toml: a site
+    needs the checkout to publish it)."""
     try:
-        data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+        pyproject = (root / "pyproject.toml").read_bytes()
+        data = tomllib.loads(pyproject.decode("utf-8"))
         project = data["project"]
         package_data = data.get("tool", {}).get("setuptools", {}).get("package-data", {})
-        return Project(root, project["name"], project["version"], project.get("description", ""),
+        name, package_data = project["name"], {k: tuple(v) for k, v in package_data.items()}
+        sources = {path.relative_to(root).as_posix(): path.read_bytes()
+                   for path in _package_files(root / name, package_data)}
+        label = hashlib.sha256(repr([pyproject, sorted(sources.items())]).encode()).hexdigest()[:12]
+        return Project(root, name, f"{project['version']}+{label}", project.get("description", ""),
                        project.get("requires-python", ""), tuple(project.get("dependencies", ())),
                        {k: tuple(v) for k, v in project.get("optional-dependencies", {}).items()},
-                       project.get("entry-points", {}),
-                       {k: tuple(v) for k, v in package_data.items()})
+                       project.get("entry-points", {}), package_data, sources)
     except (OSError, ValueError, KeyError) as e:
-        what = "cannot read the project's name, version and dependencies"
+        what = "cannot read the project's name, version, dependencies and files"
         raise SetupError(f"{root / 'pyproject.toml'}: {what} ({e})") from None
 
 
@@ -72,7 +82,7 @@ def wheel_bytes(project: Project, store: Path | None = None) -> bytes:
     if store is None:
         return _zipped(files)
     digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest().encode()
-    kept = store / project.wheel_name
+    kept = store / f"{project.name}.whl"  # one name: the digest says whose it is
     with contextlib.suppress(OSError, ValueError):
         head, data = kept.read_bytes().split(b"\n", 1)
         if head == digest:
@@ -85,7 +95,7 @@ def wheel_bytes(project: Project, store: Path | None = None) -> bytes:
 
 def _wheel_files(project: Project) -> dict[str, bytes]:
     dist_info = f"{project.name}-{project.version}.dist-info"
-    files = {path.relative_to(project.root).as_posix(): path.read_bytes() for path in _package_files(project)}
+    files = dict(project.sources)
     files[f"{dist_info}/METADATA"] = _metadata(project).encode()
     files[f"{dist_info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: lessonlib\nRoot-Is-Purelib: true\n"
                                    b"Tag: py3-none-any\n")
@@ -109,16 +119,15 @@ def _zipped(files: dict[str, bytes]) -> bytes:
     return out.getvalue()
 
 
-def _package_files(project: Project) -> list[Path]:
+def _package_files(top: Path, package_data: dict[str, tuple[str, ...]]) -> list[Path]:
     """As setuptools finds them: packages are folders with an __init__.py inside a package (the
-    top one named after the project), with their modules and the package data's patterns."""
-    top = project.root / project.name
+    top one, `top`, named after the project), with their modules and the package data's patterns."""
     packages = sorted(p.parent for p in top.rglob("__init__.py") if _in_packages(p.parent, top))
     found = set()
     for package in packages:
         found.update(package.glob("*.py"))
-        dotted = package.relative_to(project.root).as_posix().replace("/", ".")
-        for pattern in project.package_data.get(dotted, ()):
+        dotted = package.relative_to(top.parent).as_posix().replace("/", ".")
+        for pattern in package_data.get(dotted, ()):
             found.update(p for p in package.glob(pattern) if p.is_file())
     return sorted(found)
 
