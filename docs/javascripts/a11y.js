@@ -62,7 +62,5 @@
   document.addEventListener("toggle", makeScrollersFocusable, true); // <details> opened or closed (does not bubble)
   document.addEventListener("change", makeScrollersFocusable); // a tab chosen (pymdownx.tabbed: radio inputs)
 
-  if (typeof document$ !== "undefined") document$.subscribe(setUp);
-  else if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUp);
-  else setUp();
+  lessonlibOnPageView(setUp);
 })();

@@ -6,7 +6,7 @@
   "use strict";
 
   function setUp(root) {
-    // Material's document$ emits on every page view, instant navigation included.
+    // Called on every page view (page-view.js): a widget already set up is left as it is.
     if (root.dataset.explorationReady) return;
 
     const frames = [...root.querySelectorAll(".lessonlib-exploration__frame")];
@@ -45,7 +45,5 @@
     document.querySelectorAll(".lessonlib-exploration").forEach(setUp);
   }
 
-  if (typeof document$ !== "undefined") document$.subscribe(setUpAll);
-  else if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpAll);
-  else setUpAll();
+  lessonlibOnPageView(setUpAll);
 })();

@@ -8,7 +8,7 @@
   const reducedMotion = window.matchMedia("(prefers-reduced-motion: reduce)");
 
   function setUp(root) {
-    // Material's document$ emits on every page view, instant navigation included.
+    // Called on every page view (page-view.js): a widget already set up is left as it is.
     if (root.dataset.walkthroughReady) return;
 
     const part = (name) => root.querySelector(".lstm-walkthrough__" + name);
@@ -100,7 +100,5 @@
     document.querySelectorAll(".lstm-walkthrough").forEach(setUp);
   }
 
-  if (typeof document$ !== "undefined") document$.subscribe(setUpAll);
-  else if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", setUpAll);
-  else setUpAll();
+  lessonlibOnPageView(setUpAll);
 })();
