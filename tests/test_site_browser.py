@@ -4,7 +4,7 @@ The site is built once per test process (the `site` fixture, tests/conftest.py),
 every page is checked for what a reader needs: no errors, no request to any other host, images
 with alt text, rendered math, no serious accessibility problem in either palette (axe-core), no
 sideways scrolling.
-Screenshots land in test-artifacts/screenshots/.
+With --screenshots, a picture of each page in each view lands in test-artifacts/screenshots/.
 
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
 theirs: <html data-lessonlib-ready="/path/"> (docs/javascripts/a11y.js, on every page view,
