@@ -7,12 +7,14 @@ from __future__ import annotations
 import os
 import shutil
 import sqlite3
+import sys
 import threading
 from pathlib import Path
 
 import pytest
 from site_support import until
 
+from lessonlib.engine import inputs
 from lessonlib.engine.config import Settings
 from lessonlib.engine.page import execute_page, execute_pages
 
@@ -148,3 +150,17 @@ def test_a_file_a_page_writes_before_reading_it_back_does_not_run_it_again(tmp_p
     assert printed(page, settings) == ("made\n", False)
     assert printed(page, settings) == ("made\n", True)
     assert os.path.exists(tmp_path / "docs/made.txt")
+
+
+def test_the_recorder_reads_only_the_events_it_records(tmp_path, monkeypatch):
+    """Under memo's tracer every Python call reads frame.f_code, and each read raises an audit
+    event: those must return before any of the recorder's work, or a memoized call that makes
+    many Python calls runs several times slower."""
+    read = []
+    monkeypatch.setattr(inputs, "_record", lambda event, args: read.append(event))
+    recorder = inputs.Recorder(tmp_path, [tmp_path], [], code_files=set())
+    with recorder.recording():
+        sys._getframe().f_code  # raises "object.__getattr__"
+        sys.audit("builtins.id", 0)
+        sys.audit("open", str(tmp_path / "data.txt"), "r", 0)
+    assert read == ["open"]

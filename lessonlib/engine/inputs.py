@@ -285,8 +285,14 @@ def _quietly() -> Iterator[bool]:
         _busy.on = False
 
 
+# The events _record reads. Every other one returns at once: under memo's tracer each function
+# call reads frame.f_code, and each read raises "object.__getattr__".
+_RECORDED = frozenset({"open", "os.listdir", "os.scandir", "sqlite3.connect", "subprocess.Popen",
+                       "os.posix_spawn", "os.system"})
+
+
 def _audit(event: str, args: tuple) -> None:
-    if not _active:
+    if not _active or event not in _RECORDED:
         return
     with _quietly() as quiet:
         if quiet:
