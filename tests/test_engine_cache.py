@@ -7,6 +7,7 @@ environment variables it read, the installed versions. Each test changes one of 
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import re
 import uuid
@@ -283,6 +284,38 @@ def test_memo_refresh_reruns_and_a_hit_equals_a_miss(tmp_path, settings, experim
     forced = execute_page(memo_page(log), PATH, Settings(root=tmp_path, cache_dir=settings.cache_dir, refresh=True))
     assert runs(log) == 2
     assert first.outputs == forced.outputs
+
+
+NESTED_PAGE = """\
+```python exec
+import lessonlib
+from experiment import train
+
+@lessonlib.memo
+def outer(n):
+    return train(n, {log!r}) + 1  # train is memoized too
+```
+
+`{{py}} outer(10)`
+"""
+
+
+def test_a_memoized_call_inside_another_makes_both_run_again_when_the_inner_ones_code_changes(
+        tmp_path, settings, experiment):
+    log = tmp_path / "log"
+    first = execute_page(NESTED_PAGE.format(log=str(log)), PATH, settings)
+    (experiment / "helpers.py").write_text("def twice(x):\n    return 3 * x\n")  # only train reaches it
+    second = execute_page(NESTED_PAGE.format(log=str(log)), PATH, settings)
+    assert runs(log) == 2
+    assert float(second.outputs.values["outer(10)"]) == float(first.outputs.values["outer(10)"]) + 10
+
+
+def test_a_memoized_call_depends_on_its_own_code_not_on_the_engine_that_watched_it(tmp_path, settings, experiment):
+    execute_page(memo_page(tmp_path / "log"), PATH, settings)
+    entries = [json.loads(p.read_text()) for p in (settings.cache_dir / "memo").glob("*.json")]
+    (modules,) = [e["manifest"]["modules"] for e in entries if e["function"] == "experiment.train"]
+    assert {"docs/experiment.py", "docs/helpers.py"} <= set(modules)
+    assert not [m for m in modules if "lessonlib/engine/" in m], modules
 
 
 SHARED_CALL = """\

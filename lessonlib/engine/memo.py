@@ -66,8 +66,12 @@ class MemoStore:
     environment: str = field(default_factory=environment_fingerprint)
 
 
-# What a key means: the code that makes it. Editing the rest of the engine keeps every result.
-_OWN_CODE = source_fingerprint("memo", "fingerprint")
+# What a key means: the code that makes it and the code that records what a call read.
+# Editing the rest of the engine keeps every result the call did not run the code of.
+_OWN_CODE = source_fingerprint("memo", "fingerprint", "inputs")
+_ENGINE = Path(__file__).resolve().parent
+# The code that watches a call runs inside it, but computes none of its result.
+_WATCHERS = frozenset(str(_ENGINE / f"{name}.py") for name in ("memo", "fingerprint", "inputs", "cache"))
 _store: ContextVar[MemoStore | None] = ContextVar("memo_store", default=None)
 _locking: ContextVar[bool] = ContextVar("memo_locking", default=False)  # inside a locked call
 
@@ -264,6 +268,9 @@ class _CodeTracer:
 
     def __exit__(self, *exc: object) -> None:
         sys.setprofile(self.previous)
+        enclosing = getattr(self.previous, "__self__", None)
+        if isinstance(enclosing, _CodeTracer):  # a memoized call inside another: the outer one ran this code too
+            enclosing.codes |= self.codes
 
     def _profile(self, frame: types.FrameType, event: str, arg: object) -> None:
         if event == "call":
@@ -292,9 +299,11 @@ class _CodeTracer:
 
     def module_files(self) -> list[str]:
         """Project files whose code ran, and the project modules those reference (what their code
-        can run elsewhere, e.g. in worker processes)."""
-        files = {c.co_filename for c in self.codes
-                 if os.path.isabs(c.co_filename) and self.recorder.watches(c.co_filename)}
+        can run elsewhere, e.g. in worker processes). Engine modules count only where their own
+        code ran, and never the ones that watch the call: reached by reference, through the
+        lessonlib.engine package, they would be every engine module imported."""
+        files = {c.co_filename for c in self.codes if os.path.isabs(c.co_filename)
+                 and self.recorder.watches(c.co_filename) and os.path.abspath(c.co_filename) not in _WATCHERS}
         by_file = {os.path.abspath(m.__file__): m for m in list(sys.modules.values())
                    if isinstance(getattr(m, "__file__", None), str)}
         pending = list(files)
@@ -303,7 +312,8 @@ class _CodeTracer:
             for value in vars(module).values() if module else ():
                 source = sys.modules.get(getattr(value, "__module__", None) or getattr(value, "__name__", ""))
                 file = getattr(source, "__file__", None)
-                if isinstance(file, str) and self.recorder.watches(os.path.abspath(file)) and file not in files:
+                if (isinstance(file, str) and self.recorder.watches(os.path.abspath(file)) and file not in files
+                        and os.path.dirname(os.path.abspath(file)) != str(_ENGINE)):
                     files.add(file)
                     pending.append(file)
         return sorted(os.path.abspath(f) for f in files)
