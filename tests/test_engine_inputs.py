@@ -157,7 +157,7 @@ def test_the_recorder_reads_only_the_events_it_records(tmp_path, monkeypatch):
     event: those must return before any of the recorder's work, or a memoized call that makes
     many Python calls runs several times slower."""
     read = []
-    monkeypatch.setattr(inputs, "_record", lambda event, args: read.append(event))
+    monkeypatch.setattr(inputs, "_RECORDERS", {e: lambda args, e=e: read.append(e) for e in inputs._RECORDERS})
     recorder = inputs.Recorder(tmp_path, [tmp_path], [], code_files=set())
     with recorder.recording():
         sys._getframe().f_code  # raises "object.__getattr__"

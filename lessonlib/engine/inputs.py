@@ -285,38 +285,39 @@ def _quietly() -> Iterator[bool]:
         _busy.on = False
 
 
-# The events _record reads. Every other one returns at once: under memo's tracer each function
-# call reads frame.f_code, and each read raises "object.__getattr__".
-_RECORDED = frozenset({"open", "os.listdir", "os.scandir", "sqlite3.connect", "subprocess.Popen",
-                       "os.posix_spawn", "os.system"})
-
-
 def _audit(event: str, args: tuple) -> None:
-    if not _active or event not in _RECORDED:
+    # Every other event returns at once: under memo's tracer each function call reads
+    # frame.f_code, and each read raises "object.__getattr__".
+    record = _RECORDERS.get(event)
+    if record is None or not _active:
         return
     with _quietly() as quiet:
         if quiet:
-            _record(event, args)
+            record(args)
 
 
-def _record(event: str, args: tuple) -> None:
-    if event == "open":
-        path, mode, flags = args
-        if isinstance(path, (str, bytes, os.PathLike)) and _is_read(mode, flags):
-            _note("files", path)
-    elif event in ("os.listdir", "os.scandir"):
-        path = args[0] if args and args[0] is not None else "."
-        lister = sys._getframe(2)  # past _record and _audit: the code that listed it
-        if isinstance(path, (str, bytes, os.PathLike)) and not _by_the_import_system(lister):
-            _note("dirs", path)
-    elif event == "sqlite3.connect":
-        _note_database(args[0])
-    elif event == "subprocess.Popen":  # (executable, args, cwd, env)
-        _note_command(args[1], args[2])
-    elif event == "os.posix_spawn":  # (path, argv, env)
-        _note_command(args[1], None)
-    elif event == "os.system":  # (command,)
-        _note_command(args[0], None)
+def _on_open(args: tuple) -> None:
+    path, mode, flags = args
+    if isinstance(path, (str, bytes, os.PathLike)) and _is_read(mode, flags):
+        _note("files", path)
+
+
+def _on_listing(args: tuple) -> None:
+    path = args[0] if args and args[0] is not None else "."
+    lister = sys._getframe(2)  # past this function and _audit: the code that listed it
+    if isinstance(path, (str, bytes, os.PathLike)) and not _by_the_import_system(lister):
+        _note("dirs", path)
+
+
+_RECORDERS: dict[str, Callable[[tuple], None]] = {
+    "open": _on_open,
+    "os.listdir": _on_listing,
+    "os.scandir": _on_listing,
+    "sqlite3.connect": lambda args: _note_database(args[0]),
+    "subprocess.Popen": lambda args: _note_command(args[1], args[2]),  # (executable, args, cwd, env)
+    "os.posix_spawn": lambda args: _note_command(args[1], None),  # (path, argv, env)
+    "os.system": lambda args: _note_command(args[0], None),  # (command,)
+}
 
 
 def _by_the_import_system(frame: object) -> bool:
