@@ -259,6 +259,16 @@ def test_memo_skips_the_call_when_only_a_later_block_changes(tmp_path, settings,
     assert first.outputs.values == second.outputs.values, "a hit gives the same values and the same later random draws"
 
 
+def test_the_build_terminal_says_what_each_computed_call_cost_and_nothing_for_a_reused_one(
+        tmp_path, settings, experiment, capfd):
+    log = tmp_path / "log"
+    execute_page(memo_page(log), PATH, settings)
+    computed = re.findall(r"^(\S+): computed in \d+\.\d s$", capfd.readouterr().err, re.MULTILINE)
+    assert sorted(computed) == ["experiment.train", "on_page"]
+    execute_page(memo_page(log, later="print('a later block changed')"), PATH, settings)
+    assert "computed in" not in capfd.readouterr().err, "a reused result was computed before, not now"
+
+
 def test_memo_reruns_when_a_helper_module_it_calls_changes(tmp_path, settings, experiment):
     log = tmp_path / "log"
     execute_page(memo_page(log), PATH, settings)
