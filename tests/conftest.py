@@ -3,7 +3,6 @@ from __future__ import annotations
 import functools
 import http.server
 import itertools
-import multiprocessing.forkserver
 import os
 import subprocess
 import sys
@@ -82,7 +81,7 @@ def _no_page_process_left() -> None:
     process is ended, so that the next test starts clean. The forkserver the pages fork from
     stays, as it does under mkdocs serve: it holds nothing of any page, and starting it again
     (importing torch) would cost each test seconds."""
-    pid = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    pid = lifetime.forkserver_pid()
     if pid not in {child.pid for child in psutil.Process().children()}:  # none started, or it was ended
         return
     left = [process.pid for process in lifetime.running_descendants(pid)]

@@ -98,6 +98,37 @@ def test_a_multiprocessing_child_left_running_fails_its_block_at_once(tmp_path):
     assert gone(int(left.group(1)))
 
 
+def test_a_page_may_start_a_forkserver_of_its_own_which_ends_with_the_page(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = textwrap.dedent("""\
+        ```python exec
+        import multiprocessing, multiprocessing.forkserver
+        with multiprocessing.get_context("forkserver").Pool(1) as pool:
+            print(pool.map(abs, [-2]))
+        print(multiprocessing.forkserver._forkserver._forkserver_pid)
+        ```
+        """)
+    result = execute_page(page, "docs/p.md", Settings(root=tmp_path, timeout=60))
+    printed, pid = result.outputs.blocks[0].text.split()
+    assert printed == "[2]"
+    assert gone(int(pid))  # not reported as left running, and ended with the page
+
+
+def test_forkserver_pid_is_the_parent_of_what_the_forkserver_starts():
+    script = textwrap.dedent("""\
+        import multiprocessing, time, psutil
+        from lessonlib.engine import lifetime
+        before = lifetime.forkserver_pid()
+        child = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(60,))
+        child.start()
+        print(before, psutil.Process(child.pid).ppid() == lifetime.forkserver_pid())
+        child.kill()
+        """)
+    # a process of its own: this one's forkserver is the pages' template, started with what they preload
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["None", "True"], done.stderr
+
+
 def test_a_block_that_kills_the_forkserver_does_not_stop_its_page_or_the_next(tmp_path):
     (tmp_path / "docs").mkdir()
     killer = "```python exec\nimport os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n```\n\n```python exec\nprint('on')\n```\n"

@@ -30,6 +30,13 @@ def signal_when_parent_dies(sig: int) -> None:
     _prctl(_PR_SET_PDEATHSIG, int(sig))
 
 
+def forkserver_pid() -> int | None:
+    """The pid of the forkserver multiprocessing started in this process, or None if it started
+    none. multiprocessing keeps it private: this is the one place that reads it."""
+    forkserver = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    return getattr(forkserver, "_forkserver_pid", None)
+
+
 def running_descendants(pid: int) -> list[psutil.Process]:
     """Every process under `pid` that still runs (zombies are done), parents first."""
     try:

@@ -201,7 +201,8 @@ def _end_like_an_exit(children: _Children, message: object) -> object:
         # would wait on its idle workers.
         executor.shutdown(wait=True, kill_workers=False)
     trackers = _helpers(_TRACKERS)
-    spare = frozenset(pid for pid, _ in trackers + _helpers((_FORKSERVER,)))
+    forkserver = lifetime.forkserver_pid()  # one the page started: ended last, below
+    spare = frozenset([pid for pid, _ in trackers] + ([forkserver] if forkserver is not None else []))
     if isinstance(message, Finished):
         message = children.left_running(spare) or message
     lifetime.end_processes(os.getpid(), include_root=False, spare=spare)
@@ -212,11 +213,10 @@ def _end_like_an_exit(children: _Children, message: object) -> object:
     return message
 
 
-# The processes multiprocessing and joblib start for themselves when a page uses them, which
-# last as long as the page's process: (module, its singleton, the attribute with the pid).
+# The resource trackers multiprocessing and joblib start for themselves when a page uses them,
+# which last as long as the page's process: (module, its singleton, the attribute with the pid).
 _TRACKERS = (("multiprocessing.resource_tracker", "_resource_tracker", "_pid"),
              ("joblib.externals.loky.backend.resource_tracker", "_resource_tracker", "_pid"))
-_FORKSERVER = ("multiprocessing.forkserver", "_forkserver", "_forkserver_pid")
 
 
 def _helpers(which: tuple[tuple[str, str, str], ...]) -> list[tuple[int, object]]:
