@@ -23,6 +23,7 @@ from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
 from lessonlib.engine.page import execute_page
 from lessonlib.engine.session import DOCTEST_FLAGS
+from lessonlib.engine.stylesheets import LARGE, shared_stylesheets
 from lessonlib.engine.wheel import read_project, wheel_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,6 +174,18 @@ def test_pip_replaces_the_lessonlib_of_an_older_site(tmp_path):
 ])
 def test_colab_is_offered_only_for_a_published_site_with_its_sources_on_github(site, repo, url):
     assert colab_url(site, repo, "gh-pages", "lessons/a/a.ipynb") == url
+
+
+def test_a_notebook_page_links_its_large_stylesheets_in_place_and_small_ones_stay():
+    big = '@charset "UTF-8";.jupyter-wrapper{--x: 1}' + ".a{}" * (LARGE // 4)
+    page = (f'<p>a</p><style type="text/css">\n{big}\n</style><p>b</p>'
+            '<style type="text/css">.small{}</style><style type="text/css">\n' + big + "</style>")
+    html, files = shared_stylesheets(page, "lessons/exercise-a/")
+    (name,) = files  # the same stylesheet twice: one file
+    assert name.startswith("assets/lessonlib/notebook-") and files[name] == big.strip() + "\n"
+    link = f'<link rel="stylesheet" href="../../{name}">'
+    assert html == f'<p>a</p>{link}<p>b</p><style type="text/css">.small{{}}</style>{link}'
+    assert shared_stylesheets(page.replace("--x: 1", "--x: 2"), "e/")[1].keys() != files.keys()  # named by content
 
 
 def test_a_check_block_is_a_cell_tagged_check_with_its_source_folded(tmp_path):

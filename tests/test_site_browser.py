@@ -182,6 +182,8 @@ def test_every_page_reads_well(reader, base_url, path):
     for image in article_images(page):
         assert image["width"] > 0, f"image did not load: {image}"
         assert image["alt"].strip(), f"image without alt text: {image}"
+    if path.startswith("lessons/exercise-"):
+        assert notebook_stylesheets(page), f"{path}: JupyterLab's stylesheet did not load"
     math = page.eval_on_selector_all(".arithmatex", "els => els.map(e => !!e.querySelector('math'))")
     assert all(math), "some math was not rendered to MathML"
     text = page.evaluate(  # prose only: code and a notebook's copy text may show TeX
@@ -211,6 +213,15 @@ def test_every_page_reads_well(reader, base_url, path):
 
     assert not reader.errors, reader.errors
     assert reader.hosts <= {"127.0.0.1", "data"}, f"requests beyond this site: {reader.hosts}"
+
+
+def notebook_stylesheets(page) -> list[int]:
+    """The rule count of each notebook stylesheet the page links (lessonlib/engine/stylesheets.py),
+    once loaded; an empty list if none is linked or one failed to load."""
+    page.wait_for_load_state("load")
+    counts = page.evaluate("() => [...document.querySelectorAll('link[href*=\"/notebook-\"]')]"
+                           ".map(l => l.sheet ? l.sheet.cssRules.length : 0)")
+    return counts if counts and all(n > 100 for n in counts) else []
 
 
 NOTEBOOK_LINKS = "a[download], a[href$='.ipynb']"
@@ -367,6 +378,18 @@ def test_walkthrough_works_after_instant_navigation(reader, base_url):
     assert images and all(image["width"] > 0 for image in images), images
     page.click(".lstm-walkthrough button[data-action=next]")
     expect_step(page, 2)
+    assert not reader.errors, reader.errors
+
+
+def test_an_exercise_reached_by_instant_navigation_has_its_notebook_styles(reader, base_url):
+    page = reader.open(base_url + "lessons/sequence-models/")
+    page.evaluate("window.__no_reload = true")
+    page.click("a.md-footer__link--next")  # the next page, the exercise on attention
+    page.wait_for_url(base_url + "lessons/exercise-attention/")
+    reader.wait_ready()
+    assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
+    page.wait_for_function("() => [...document.querySelectorAll('link[href*=\"/notebook-\"]')]"
+                           ".some(l => l.sheet && l.sheet.cssRules.length > 100)")
     assert not reader.errors, reader.errors
 
 

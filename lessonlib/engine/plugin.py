@@ -32,6 +32,7 @@ from lessonlib.engine.publish import Staging
 from lessonlib.engine.published import linked, unpublished
 from lessonlib.engine.render import figure_files, fill_html_slots
 from lessonlib.engine.search_memo import memoize_search
+from lessonlib.engine.stylesheets import shared_stylesheets
 from lessonlib.engine.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 
 log = get_plugin_logger(__name__)
@@ -173,11 +174,15 @@ class LessonPlugin(BasePlugin[LessonConfig]):
 
     @event_priority(-100)  # after mkdocs-jupyter has copied the notebook for its download button
     def on_post_page(self, output, page, config):
-        """The exercise notebook offered for download starts with the install cell."""
+        """The exercise notebook offered for download starts with the install cell, and the page
+        links the stylesheets mkdocs-jupyter wrote into it."""
         source = Path(page.file.abs_src_path)
         if source.suffix == ".ipynb":
             text = published_exercise(source.read_text(encoding="utf-8"), self.install)
             _write_to_site(Path(config.site_dir), (Path(page.file.dest_uri).parent / source.name).as_posix(), text)
+            output, stylesheets = shared_stylesheets(output, page.url)
+            for name, css in stylesheets.items():
+                _write_to_site(Path(config.site_dir), name, css)
         return output
 
     def on_serve(self, server, config, builder):
