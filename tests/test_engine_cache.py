@@ -328,6 +328,29 @@ def test_a_memoized_call_depends_on_its_own_code_not_on_the_engine_that_watched_
     assert not [m for m in modules if "lessonlib/engine/" in m], modules
 
 
+WATCHED = """\
+import sys, traceback
+import lessonlib
+
+@lessonlib.memo
+def train(n):
+    print("step 1", file=sys.stderr)  # into the page's captured output, as a log line goes
+    traceback.format_stack()  # as a warning or a logger with stack_info does: it reads every frame's file
+    return 2 * n
+"""
+
+
+def test_no_engine_file_is_an_input_of_a_memoized_call_even_when_the_call_prints_or_reads_the_stack(
+        tmp_path, settings):
+    (tmp_path / "docs" / "watched.py").write_text(WATCHED)
+    page = "```python exec\nfrom watched import train\nresult = train(3)\n```\n\n`{py} result`\n"
+    assert execute_page(page, PATH, settings).outputs.values == {"result": "6"}
+    (entry,) = [json.loads(p.read_text()) for p in (settings.cache_dir / "memo").glob("*.json")]
+    assert "docs/watched.py" in entry["manifest"]["modules"]
+    read = [path for kind in entry["manifest"].values() for path in kind]
+    assert not [path for path in read if "lessonlib/engine/" in path], read
+
+
 SHARED_CALL = """\
 ```python exec
 import os, time, lessonlib

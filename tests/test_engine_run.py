@@ -146,6 +146,17 @@ def test_an_inline_value_that_raises_names_its_own_line():
     assert str(error).startswith(f"{PATH}:7: inline value `y + 1`: NameError")
 
 
+def test_an_inline_value_that_a_later_block_changes_fails_at_its_line_and_a_forward_one_is_fine():
+    page = ("```python exec\nfactors = (0.9, 0.5)\n```\n\n"  # lines 1-3
+            "first `{py} factors[0]`, later `{py} total`\n\n"  # line 5: `total` is made below
+            "```python exec\ntotal = sum(factors)\nfactors = [0.1]\n```\n")
+    error = error_of(page)
+    assert str(error) == (f"{PATH}:5: inline value `{{py}} factors[0]` is 0.9 here but 0.1 once the page has run: "
+                          "a later block changed what it reads; give the later value a name of its own")
+    fixed = run(page.replace("factors = [0.1]", "slider = [0.1]"))
+    assert "first 0.9, later 1.4" in fixed.markdown
+
+
 def test_block_output_with_html_stays_text():
     result = run('```python exec\nprint("<script>alert(1)</script> ```")\n```\n')
     fence_start = result.markdown.index("````")  # longer than the backticks printed

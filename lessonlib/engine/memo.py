@@ -70,9 +70,9 @@ class MemoStore:
 # What a key means: the code that makes it and the code that records what a call read.
 # Editing the rest of the engine keeps every result the call did not run the code of.
 _OWN_CODE = source_fingerprint("memo", "fingerprint", "inputs")
+# The engine runs and watches a call (its tracer, its captured output, linecache's checks of its
+# files when a warning is shown) but computes none of its result: no engine file is an input.
 _ENGINE = Path(__file__).resolve().parent
-# The code that watches a call runs inside it, but computes none of its result.
-_WATCHERS = frozenset(str(_ENGINE / f"{name}.py") for name in ("memo", "fingerprint", "inputs", "cache"))
 _store: ContextVar[MemoStore | None] = ContextVar("memo_store", default=None)
 _locking: ContextVar[bool] = ContextVar("memo_locking", default=False)  # inside a locked call
 
@@ -191,7 +191,7 @@ def _stored_result(store: MemoStore, entry_path: Path, result_path: Path) -> Any
 
 def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwargs: dict,
                    entry_path: Path, result_path: Path) -> Any:
-    recorder = Recorder(store.project, store.roots, store.ignored, code_files=set())
+    recorder = Recorder(store.project, store.roots, [*store.ignored, _ENGINE], code_files=set())
     started = time.perf_counter()
     with recorder.recording(), _CodeTracer(recorder) as tracer:
         result = func(*args, **kwargs)
@@ -304,11 +304,10 @@ class _CodeTracer:
 
     def module_files(self) -> list[str]:
         """Project files whose code ran, and the project modules those reference (what their code
-        can run elsewhere, e.g. in worker processes). Engine modules count only where their own
-        code ran, and never the ones that watch the call: reached by reference, through the
-        lessonlib.engine package, they would be every engine module imported."""
+        can run elsewhere, e.g. in worker processes); never the engine's (the recorder ignores
+        them)."""
         files = {c.co_filename for c in self.codes if os.path.isabs(c.co_filename)
-                 and self.recorder.watches(c.co_filename) and os.path.abspath(c.co_filename) not in _WATCHERS}
+                 and self.recorder.watches(c.co_filename)}
         by_file = {os.path.abspath(m.__file__): m for m in list(sys.modules.values())
                    if isinstance(getattr(m, "__file__", None), str)}
         pending = list(files)
@@ -317,8 +316,7 @@ class _CodeTracer:
             for value in vars(module).values() if module else ():
                 source = sys.modules.get(getattr(value, "__module__", None) or getattr(value, "__name__", ""))
                 file = getattr(source, "__file__", None)
-                if (isinstance(file, str) and self.recorder.watches(os.path.abspath(file)) and file not in files
-                        and os.path.dirname(os.path.abspath(file)) != str(_ENGINE)):
+                if isinstance(file, str) and self.recorder.watches(os.path.abspath(file)) and file not in files:
                     files.add(file)
                     pending.append(file)
         return sorted(os.path.abspath(f) for f in files)

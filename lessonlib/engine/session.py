@@ -65,6 +65,7 @@ class Session:
         self.page, self.path, self.output_limit = page, page.path, output_limit
         self.keep_going = keep_going
         self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
+        self._where_they_stand: dict[int, str] = {}  # inline index -> its value right after the block before it
         self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure}
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
@@ -100,7 +101,34 @@ class Session:
         if output.overflowed or result.size > self.output_limit:
             raise LessonError(self.path, block.start + 1, f"this block's output is larger than the limit of "
                               f"{self.output_limit / 1024:,.0f} KB (output_limit_kb in mkdocs.yml): print less")
+        self._note_values_after(block)
         return result
+
+    def _note_values_after(self, block: Block) -> None:
+        """The values of the inline expressions in the prose between this block and the next, as
+        they stand there; one that cannot be evaluated yet (it names what a later block makes) is
+        left to the end."""
+        later = [b.start for b in self.page.blocks if b.start >= block.end]
+        until = min(later, default=len(self.page.lines))
+        for n, inline in enumerate(self.page.inlines):
+            if block.end < inline.line <= until:
+                with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
+                    self._where_they_stand[n] = self.value(inline)
+
+    def values(self) -> dict[str, str]:
+        """Every inline value, evaluated after the page's last block. One that differs from what
+        it was where it stands in the prose (a later block changed what it reads) fails at its line:
+        the page would show a number that is not the one its sentence is about."""
+        values = {}
+        for n, inline in enumerate(self.page.inlines):
+            value = self.value(inline)
+            there = self._where_they_stand.get(n, value)
+            if there != value:
+                raise LessonError(self.path, inline.line, f"inline value `{{py}} {inline.source}` is {there} "
+                                  f"here but {value} once the page has run: a later block changed what it reads; "
+                                  "give the later value a name of its own")
+            values[inline.source] = value
+        return values
 
     def _alt_and_caption(self, block: Block) -> tuple[str, str]:
         """A figure's alt text (required: its finding, in at most ALT_LIMIT characters) and its

@@ -150,7 +150,7 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
                 children.seen_after(index)
                 conn.send(BlockDone(output))
             conn.send(Started(None))
-            values = {inline.source: session.value(inline) for inline in page.inlines}
+            values = session.values()
             session.assert_all_held()
             children.seen_after(len(page.blocks))
     return Finished(values, recorder.manifest().to_json())
