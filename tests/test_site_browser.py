@@ -183,7 +183,7 @@ def test_every_page_reads_well(reader, base_url, path):
         assert image["width"] > 0, f"image did not load: {image}"
         assert image["alt"].strip(), f"image without alt text: {image}"
     if path.startswith("lessons/exercise-"):
-        assert notebook_stylesheets(page), f"{path}: JupyterLab's stylesheet did not load"
+        wait_for_notebook_styles(page)  # JupyterLab's stylesheet, linked as a file
     math = page.eval_on_selector_all(".arithmatex", "els => els.map(e => !!e.querySelector('math'))")
     assert all(math), "some math was not rendered to MathML"
     text = page.evaluate(  # prose only: code and a notebook's copy text may show TeX
@@ -215,13 +215,12 @@ def test_every_page_reads_well(reader, base_url, path):
     assert reader.hosts <= {"127.0.0.1", "data"}, f"requests beyond this site: {reader.hosts}"
 
 
-def notebook_stylesheets(page) -> list[int]:
-    """The rule count of each notebook stylesheet the page links (lessonlib/engine/stylesheets.py),
-    once loaded; an empty list if none is linked or one failed to load."""
-    page.wait_for_load_state("load")
-    counts = page.evaluate("() => [...document.querySelectorAll('link[href*=\"/notebook-\"]')]"
-                           ".map(l => l.sheet ? l.sheet.cssRules.length : 0)")
-    return counts if counts and all(n > 100 for n in counts) else []
+def wait_for_notebook_styles(page) -> None:
+    """Until the page links a notebook stylesheet (lessonlib/engine/stylesheets.py) and every one
+    it links has loaded; a page without one times out."""
+    page.wait_for_function("() => { const rules = [...document.querySelectorAll('link[href*=\"/notebook-\"]')]"
+                           ".map(l => l.sheet ? l.sheet.cssRules.length : 0);"
+                           " return rules.length > 0 && rules.every(n => n > 100); }")
 
 
 NOTEBOOK_LINKS = "a[download], a[href$='.ipynb']"
@@ -388,8 +387,7 @@ def test_an_exercise_reached_by_instant_navigation_has_its_notebook_styles(reade
     page.wait_for_url(base_url + "lessons/exercise-attention/")
     reader.wait_ready()
     assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
-    page.wait_for_function("() => [...document.querySelectorAll('link[href*=\"/notebook-\"]')]"
-                           ".some(l => l.sheet && l.sheet.cssRules.length > 100)")
+    wait_for_notebook_styles(page)
     assert not reader.errors, reader.errors
 
 

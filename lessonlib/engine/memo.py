@@ -68,7 +68,6 @@ class MemoStore:
 
 
 # What a key means: the code that makes it and the code that records what a call read.
-# Editing the rest of the engine keeps every result the call did not run the code of.
 _OWN_CODE = source_fingerprint("memo", "fingerprint", "inputs")
 # The engine runs and watches a call (its tracer, its captured output, linecache's checks of its
 # files when a warning is shown) but computes none of its result: no engine file is an input.

@@ -112,7 +112,7 @@ class Session:
         until = min(later, default=len(self.page.lines))
         for n, inline in enumerate(self.page.inlines):
             if block.end < inline.line <= until:
-                with contextlib.suppress(Exception), contextlib.redirect_stdout(io.StringIO()):
+                with contextlib.suppress(Exception):
                     self._where_they_stand[n] = self.value(inline)
 
     def values(self) -> dict[str, str]:
