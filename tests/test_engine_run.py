@@ -177,6 +177,29 @@ def test_html_markup_in_a_collapsed_block_is_not_wrapped_in_a_paragraph():
     assert "\n<div id='w'><b>*hi*</b></div>\n" in filled and "<p><div" not in filled
 
 
+def test_the_svg_images_an_html_block_prints_inline_are_linked_as_files_beside_the_page():
+    """An exploration prints its frames as data URIs (whole in a notebook); the site links each
+    as a figure file, and leaves alone what is not base64 SVG text."""
+    page = """\
+    ```python exec hide-code html
+    from lessonlib.figures.exploration import Frame, exploration_html
+
+    frames = [Frame(label, f'<svg xmlns="http://www.w3.org/2000/svg"><text>{label}</text></svg>', f"Frame {label}.")
+              for label in ("a", "b")]
+    print(exploration_html(frames, control="Letter", caption="One letter per frame."))
+    print('<img src="data:image/svg+xml;base64,bm90!" alt="not base64">')
+    ```
+    """
+    result = run(page)
+    files = figure_files(result.page, result.outputs.blocks)
+    assert sorted(files.values()) == [f'<svg xmlns="http://www.w3.org/2000/svg"><text>{x}</text></svg>' for x in "ab"]
+    filled = fill_html_slots(markdown.markdown(result.markdown), result.page, result.outputs.blocks)
+    for name in files:
+        assert name.startswith("figure-") and f'<img src="{name}" alt="Frame ' in filled
+    assert filled.count("data:image/svg+xml;base64,") == 1 and "base64,bm90!" in filled  # left as printed
+    assert "data:image/svg+xml;base64," in result.outputs.blocks[0].text  # the notebook's copy stays whole
+
+
 def test_pycon_match_with_ellipsis_and_whitespace():
     run(
         """\

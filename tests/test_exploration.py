@@ -76,7 +76,7 @@ def test_one_image_per_frame_each_with_its_alt_and_label(kind):
     page = Markup(markup)
     images = page.tags("img")
     assert [i["alt"] for i in images] == [f.alt for f in shown]
-    for image, frame in zip(images, shown):  # the frame's own figure, in the page: nothing fetched
+    for image, frame in zip(images, shown):  # the frame's own figure, whole in the markup (a notebook shows it)
         prefix = "data:image/svg+xml;base64,"
         assert image["src"].startswith(prefix) and base64.b64decode(image["src"][len(prefix):]).decode() == frame.svg
     items = page.with_class("lessonlib-exploration__frame")

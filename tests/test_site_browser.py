@@ -468,6 +468,8 @@ def test_exploration_moves_by_keyboard_alone(reader, base_url, which):
     path, control = EXPLORATIONS[which]
     page = reader.open(base_url + path)
     root = exploration(page, control)
+    page.wait_for_function("r => [...r.querySelectorAll('img')].every(i => i.complete)",  # each frame is a file
+                           arg=root.element_handle())
     first = exploration_state(root)
     assert first["frames"] >= 2 and first["shown"] == 1 and first["width"] > 0, first
     assert first["status"] == "", "nothing is announced before the reader moves it"

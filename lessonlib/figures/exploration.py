@@ -124,7 +124,8 @@ def _control(frames: Sequence[Frame], control: str, kind: str, start: int, key: 
 
 def _frame(n: int, frame: Frame, control: str) -> str:
     esc = html.escape
-    # A data URI: the frames come from a block's printed markup, not from the engine's figure files.
+    # A data URI keeps the markup whole wherever it is shown (a notebook); the site links each
+    # frame as a file beside the page (lessonlib.engine.render.figure_files).
     src = "data:image/svg+xml;base64," + base64.b64encode(frame.svg.encode()).decode()
     numbers = ""
     if frame.table is not None:
