@@ -351,6 +351,29 @@ def test_no_engine_file_is_an_input_of_a_memoized_call_even_when_the_call_prints
     assert not [path for path in read if "lessonlib/engine/" in path], read
 
 
+PRINTS = """\
+import sys, lessonlib
+
+@lessonlib.memo
+def train(n, log):
+    with open(log, "a") as f:
+        f.write("ran\\n")
+    print("step 1")
+    print("loss 0.5", file=sys.stderr)
+    return 2 * n
+"""
+
+
+def test_what_a_memoized_call_printed_on_the_page_is_printed_again_when_its_result_is_reused(tmp_path, settings):
+    (tmp_path / "docs" / "prints.py").write_text(PRINTS)
+    log = tmp_path / "log"
+    block = f"```python exec\nfrom prints import train\nprint('before')\nresult = train(3, {str(log)!r})\nprint('after')\n```\n"
+    first = execute_page(block, PATH, settings)
+    again = execute_page(block + "\n```python exec\nx = 1\n```\n", PATH, settings)
+    assert runs(log) == 1 and not again.from_cache, "the page ran again and reused the call's result"
+    assert first.outputs.blocks[0].text == again.outputs.blocks[0].text == "before\nstep 1\nloss 0.5\nafter\n"
+
+
 SHARED_CALL = """\
 ```python exec
 import os, time, lessonlib

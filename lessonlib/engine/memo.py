@@ -10,7 +10,8 @@ page's functions it called (by code), the page's globals those read (by value), 
 folders it read and the environment variables the project's code read.
 
 A memoized call always starts from seed 0 and leaves the caller's random state as it found it,
-so a hit and a miss leave every later random draw, and so every later output, the same.
+so a hit and a miss leave every later random draw, and so every later output, the same; what the
+call printed (sys.stdout and sys.stderr, the page's output) is stored and printed again on a hit.
 Pages running side by side that make the same call compute it once: the second waits for the
 first's result (a lock per call).
 Where results are stored: set by the page's worker; elsewhere (a notebook, a test) the
@@ -185,18 +186,21 @@ def _stored_result(store: MemoStore, entry_path: Path, result_path: Path) -> Any
         return _MISSING
     touch(entry_path)
     note(Manifest.from_json(entry["manifest"]))  # the page depends on what the call read
-    return joblib.load(result_path)
+    result = joblib.load(result_path)
+    for stream, text in entry["printed"]:
+        getattr(sys, stream).write(text)
+    return result
 
 
 def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwargs: dict,
                    entry_path: Path, result_path: Path) -> Any:
     recorder = Recorder(store.project, store.roots, [*store.ignored, _ENGINE], code_files=set())
     started = time.perf_counter()
-    with recorder.recording(), _CodeTracer(recorder) as tracer:
+    with recorder.recording(), _CodeTracer(recorder) as tracer, _kept_output() as printed:
         result = func(*args, **kwargs)
     seconds = time.perf_counter() - started
     manifest = recorder.manifest(modules=tracer.module_files())
-    entry = {"function": name, "manifest": manifest.to_json(),
+    entry = {"function": name, "manifest": manifest.to_json(), "printed": printed,
              "code": tracer.page_code(store), "globals": tracer.page_globals(store)}
     tmp = temporary_beside(result_path)
     try:
@@ -213,12 +217,43 @@ def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwa
     return result
 
 
+@contextlib.contextmanager
+def _kept_output() -> Iterator[list[list[str]]]:
+    """What is printed to sys.stdout and sys.stderr meanwhile, in order: [[stream, text], ...]."""
+    printed: list[list[str]] = []
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Tee(sys.stdout, "stdout", printed), _Tee(sys.stderr, "stderr", printed)
+    try:
+        yield printed
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+class _Tee:
+    """A stream that writes through and keeps what it wrote, as the stream named `name`."""
+
+    def __init__(self, stream: Any, name: str, printed: list[list[str]]) -> None:
+        self._stream, self._name, self._printed = stream, name, printed
+
+    def write(self, text: str) -> int:
+        if self._printed and self._printed[-1][0] == self._name:
+            self._printed[-1][1] += text
+        else:
+            self._printed.append([self._name, text])
+        return self._stream.write(text)
+
+    def __getattr__(self, attribute: str) -> Any:  # flush, isatty, encoding: the stream's own
+        return getattr(self._stream, attribute)
+
+
 def _valid_entry(store: MemoStore, entry_path: Path, result_path: Path) -> dict | None:
     try:
         entry = json.loads(entry_path.read_text(encoding="utf-8"))
         if hashlib.sha256(result_path.read_bytes()).hexdigest() != entry["result_sha256"]:
             return None
         manifest = Manifest.from_json(entry["manifest"])
+        if not all(stream in ("stdout", "stderr") and isinstance(text, str) for stream, text in entry["printed"]):
+            return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
     namespace = store.page_namespace or {}
