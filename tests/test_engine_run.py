@@ -200,6 +200,22 @@ def test_the_svg_images_an_html_block_prints_inline_are_linked_as_files_beside_t
     assert "data:image/svg+xml;base64," in result.outputs.blocks[0].text  # the notebook's copy stays whole
 
 
+def test_the_svg_images_a_timing_html_block_prints_are_named_as_measured_figures():
+    """Set aside, like a timing block's own figures, when two builds are compared."""
+    page = """\
+    ```python exec hide-code html timing
+    import base64
+
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"><text>0.3 s</text></svg>'
+    print(f'<img src="data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}" alt="0.3 s">')
+    ```
+    """
+    result = run(page)
+    (name,) = figure_files(result.page, result.outputs.blocks)
+    filled = fill_html_slots(markdown.markdown(result.markdown), result.page, result.outputs.blocks)
+    assert name.startswith("timing-figure-") and f'<img src="{name}" alt="0.3 s">' in filled
+
+
 def test_pycon_match_with_ellipsis_and_whitespace():
     run(
         """\

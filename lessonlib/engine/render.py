@@ -149,7 +149,8 @@ def fill_html_slots(page_html: str, page: ParsedPage, outputs: list[BlockOutput]
             return _figure(output.figures[i], timing="timing" in page.blocks[index].options)
         if kind == "table":
             return html_data_table(output.tables[i])
-        return _SVG_DATA_URI.sub(_as_file, output.text.strip())
+        timing = "timing" in page.blocks[index].options
+        return _SVG_DATA_URI.sub(lambda uri: _as_file(uri, timing), output.text.strip())
 
     return _SLOTS.sub(fill, page_html)
 
@@ -182,7 +183,7 @@ def figure_files(page: ParsedPage, outputs: list[BlockOutput]) -> dict[str, str]
     for block, output in zip(page.blocks, outputs):
         if "html" in block.options:
             svgs = (_svg_text(uri) for uri in _SVG_DATA_URI.finditer(output.text))
-            files.update({figure_file(svg): svg for svg in svgs if svg is not None})
+            files.update({figure_file(svg, "timing" in block.options): svg for svg in svgs if svg is not None})
     return files
 
 
@@ -200,9 +201,9 @@ def _svg_text(uri: re.Match[str]) -> str | None:
         return None
 
 
-def _as_file(uri: re.Match[str]) -> str:
+def _as_file(uri: re.Match[str], timing: bool) -> str:
     svg = _svg_text(uri)
-    return uri.group(0) if svg is None else f'src="{figure_file(svg)}"'
+    return uri.group(0) if svg is None else f'src="{figure_file(svg, timing)}"'
 
 
 def figure_file(svg: str, timing: bool = False) -> str:
