@@ -157,6 +157,23 @@ def test_an_inline_value_that_a_later_block_changes_fails_at_its_line_and_a_forw
     assert "first 0.9, later 1.4" in fixed.markdown
 
 
+def test_evaluating_an_inline_value_leaves_the_later_blocks_random_draws_as_they_were():
+    """Inline values are evaluated where they stand and again at the end (the check above): an
+    expression that draws a random number must not shift what the blocks after it draw."""
+    draws = "```python exec\nprint(random.random(), np.random.rand(), torch.rand(()).item())\n```\n"
+    start = "```python exec\nimport random\nimport numpy as np\nimport torch\n```\n\n"
+    inline = "`{py} random.random() < 2`, `{py} np.random.rand() < 2`, `{py} torch.rand(()).item() < 2`\n\n"
+    with_inline, without = run(start + inline + draws), run(start + draws)
+    assert "True, True, True" in with_inline.markdown
+    assert with_inline.outputs.blocks[1].text == without.outputs.blocks[1].text
+    # a figure's alt text and caption are evaluated on the page only, not in its notebook
+    figure = '```python exec alt="{random.random() < 2}" caption="Drawn: {torch.rand(()).item() < 2}"\n' \
+             'import matplotlib.pyplot as plt\nplt.plot([0, 1])\n```\n\n'
+    with_alt = run(start + figure + draws)
+    assert with_alt.outputs.blocks[1].figures[0].alt == "True"
+    assert with_alt.outputs.blocks[2].text == without.outputs.blocks[1].text
+
+
 def test_block_output_with_html_stays_text():
     result = run('```python exec\nprint("<script>alert(1)</script> ```")\n```\n')
     fence_start = result.markdown.index("````")  # longer than the backticks printed

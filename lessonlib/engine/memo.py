@@ -112,19 +112,29 @@ def _package_root() -> Path:
 
 
 @contextlib.contextmanager
-def _seeded_and_restored() -> Iterator[None]:
+def random_state_kept() -> Iterator[None]:
+    """Random draws made inside leave every draw after it as it would have been: Python's,
+    NumPy's and torch's generators (CUDA's too, once in use) are put back on the way out."""
     import torch  # the worker and notebooks have it; the build process never calls memo
 
     state = random.getstate(), np.random.get_state()
     with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
-        random.seed(SEED)
-        np.random.seed(SEED)
-        torch.manual_seed(SEED)
         try:
             yield
         finally:
             random.setstate(state[0])
             np.random.set_state(state[1])
+
+
+@contextlib.contextmanager
+def _seeded_and_restored() -> Iterator[None]:
+    import torch
+
+    with random_state_kept():
+        random.seed(SEED)
+        np.random.seed(SEED)
+        torch.manual_seed(SEED)
+        yield
 
 
 # --- the stored call ---------------------------------------------------------------------------

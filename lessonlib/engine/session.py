@@ -23,6 +23,7 @@ from lessonlib.engine import svg
 from lessonlib.engine.blocks import Block, Inline, ParsedPage
 from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import LessonError, SetupError
+from lessonlib.engine.memo import random_state_kept
 from lessonlib.engine.outputs import BlockOutput, Figure
 
 ALT_LIMIT = 150  # characters of a figure's alt text
@@ -147,16 +148,20 @@ class Session:
                               "let the alt text state the finding and the caption say what is drawn")
         return alt, caption
 
+    # Alt text, captions and inline values are evaluated on the page only (a notebook has none)
+    # and inline values twice: none of them may move a later block's random draws.
     def _formatted(self, block: Block, option: str) -> str:
         try:
-            return eval("f" + repr(block.options.get(option, "")), self.namespace)
+            with random_state_kept():
+                return eval("f" + repr(block.options.get(option, "")), self.namespace)
         except Exception as e:
             raise LessonError(self.path, block.start + 1, f"{option}: {type(e).__name__}: {e}") from None
 
     def value(self, inline: Inline) -> str:
         try:
             code = compile("\n" * (inline.line - 1) + inline.expr, self.path, "eval")
-            return format(eval(code, self.namespace), inline.spec)
+            with random_state_kept():
+                return format(eval(code, self.namespace), inline.spec)
         except Exception as e:
             message = f"inline value `{inline.source}`: {type(e).__name__}: {e}"
             raise LessonError(self.path, inline.line, message) from None
