@@ -1,7 +1,9 @@
-"""The command-line door: ``python -m lessonlib run|notebook|check docs/PATH.md ...``."""
+"""The command-line door: ``python -m lessonlib run|notebook|check docs/PATH.md ...``, and
+``python -m lessonlib cache [--clear]``."""
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -9,7 +11,8 @@ from pathlib import Path
 import nbformat
 
 from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.config import Settings, load_settings
+from lessonlib.engine.claims import binding
+from lessonlib.engine.config import Settings, environment_settings, load_settings
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.notebook import to_notebook
 from lessonlib.engine.numerals import hand_typed_numerals
@@ -28,25 +31,47 @@ def main(argv: list[str] | None = None) -> int:
     export = commands.add_parser("notebook", help="export one page as a Jupyter notebook (runs it first)")
     export.add_argument("pages", type=Path, nargs=1, metavar="page")
     export.add_argument("-o", "--output", type=Path, required=True)
-    check = commands.add_parser("check", help="list numerals typed by hand in the prose of pages (runs nothing)")
+    check = commands.add_parser("check", help="list numerals typed by hand and claims no check quotes (runs nothing)")
     check.add_argument("pages", type=Path, nargs="+")
+    cache = commands.add_parser("cache", help="say where the cache is and how much it holds (runs nothing)")
+    cache.add_argument("--clear", action="store_true", help="empty it (every page and experiment runs again)")
     parser.add_argument("--config", type=Path, default=Path("mkdocs.yml"), help="default: %(default)s")
     args = parser.parse_args(argv)
 
-    for page in args.pages:
+    for page in getattr(args, "pages", []):
         if not page.is_file():
             parser.error(f"no such page: {page}")
     if args.command == "check":
         return _check(args.pages)
     try:
-        return _execute(parser, args)
+        return _cache(args) if args.command == "cache" else _execute(parser, args)
     except SetupError as e:
         print(f"lessonlib: {e}", file=sys.stderr)
         return 2
 
 
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config) if args.config.is_file() else environment_settings()
+
+
+def _cache(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    folder = settings.cache_dir
+    if folder is None:
+        print("no cache: set LESSONLIB_CACHE_DIR, or run in the folder of mkdocs.yml")
+        return 0
+    files = [p for p in folder.rglob("*") if p.is_file()] if folder.is_dir() else []
+    size = f"{sum(p.stat().st_size for p in files) / 2**20:.1f} MB in {len(files)} files"
+    if args.clear:
+        shutil.rmtree(folder, ignore_errors=True)
+        print(f"cleared the cache at {folder} ({size})")
+    else:
+        print(f"the cache at {folder} holds {size} (limit {settings.cache_limit_mb:g} MB)")
+    return 0
+
+
 def _execute(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    settings = load_settings(args.config) if args.config.is_file() else Settings().with_environment()
+    settings = _settings(args)
     settings = replace(settings, refresh=settings.refresh or getattr(args, "refresh", False),
                        keep_going=getattr(args, "keep_going", False))
     root = settings.root.resolve()
@@ -72,16 +97,30 @@ def _execute(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _check(pages: list[Path]) -> int:
-    """Each numeral in prose as ``docs/PATH.md:LINE: ...``; exit status 1 if there is any."""
-    found = 0
+    """Each numeral in prose, each quoted phrase no longer in the prose and each claim-like
+    sentence no check quotes, as ``docs/PATH.md:LINE: ...``; exit status 1 if there is any."""
+    numerals = claims_unchecked = 0
     for page in pages:
-        for numeral in hand_typed_numerals(page.read_text(encoding="utf-8")):
-            print(f"{page.as_posix()}:{numeral.line}: {numeral}")
-            found += 1
-    if found:
-        print(f"{found} numerals typed by hand: make each an inline value (`{{py}} expr`), or mark a "
+        text, name = page.read_text(encoding="utf-8"), page.as_posix()
+        for numeral in hand_typed_numerals(text):
+            print(f"{name}:{numeral.line}: {numeral}")
+            numerals += 1
+        found = binding(parse_page(text, name), text)
+        for quoted in found.missing:
+            print(f"{name}:{quoted.line}: the check quotes {quoted.phrase!r}, which the prose no longer says")
+        for sentence in found.unbound:
+            print(f"{name}:{sentence.line}: a claim no check quotes: {sentence.text!r}")
+        claims_unchecked += len(found.missing) + len(found.unbound)
+        print(f"{name}: {found.flagged} claim-like sentences: {found.bound} quoted by a check, "
+              f"{found.marked} marked not a claim, {len(found.unbound)} neither", file=sys.stderr)
+    if numerals:
+        print(f"{numerals} numerals typed by hand: make each an inline value (`{{py}} expr`), or mark a "
               "deliberate literal as `{lit} text`", file=sys.stderr)
-    return 1 if found else 0
+    if claims_unchecked:
+        print(f"{claims_unchecked} claims not bound to a check: quote each sentence, or a phrase of it, in the "
+              'assert that checks it (assert ..., claim("phrase")), or follow it with <!-- not a claim -->',
+              file=sys.stderr)
+    return 1 if numerals or claims_unchecked else 0
 
 
 def _print_outputs(result: PageResult) -> None:

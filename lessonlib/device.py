@@ -23,9 +23,9 @@ def device() -> torch.device:
     """
     import torch
 
-    from lessonlib.engine.config import DEVICE
+    from lessonlib.engine.config import environment_settings
 
-    name = os.environ.get(DEVICE, "cpu")
+    name = environment_settings().device
     dev = torch.device(name)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError(f"LESSONLIB_DEVICE={name} but torch sees no CUDA device")

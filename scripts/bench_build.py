@@ -18,7 +18,7 @@ Builds, each into a scratch folder with a scratch cache:
   engine itself adds to a warm build, beyond the content it shows.
 The quick rows (all but a, a1, a0 and d) run N times (default 3), interleaved, and each prints
 its median: one run of a two-second build varies by a tenth of a second on a shared machine.
---warm CACHE starts from a copy of a cache an earlier build filled (e.g. .lessonlib-cache) and
+--warm CACHE starts from a copy of a cache an earlier build filled (e.g. ~/.cache/lessonlib) and
 runs only the quick rows: minutes instead of three cold builds; with --warm-ratio, only b and p.
 then the per-page start-up cost of a worker process against running the same page in-process,
 and `mkdocs serve`: seconds from a prose edit until the reloaded page shows it.

@@ -10,9 +10,9 @@ import importlib
 import json
 import os
 import re
+import shutil
 import uuid
 from dataclasses import replace
-from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -130,37 +130,74 @@ def test_a_lessonlib_module_reached_through_an_attribute_is_an_input(tmp_path, s
         module.unlink(missing_ok=True)
 
 
-def test_a_changed_installed_version_invalidates(tmp_path, settings, monkeypatch):
+class FakeSite:
+    """A folder outside the project with two installed distributions: fakelib, which pages
+    import, and faketool, which nothing imports (like a test tool)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        for name in ("fakelib", "faketool"):
+            (folder / name).mkdir()
+            (folder / name / "__init__.py").write_text("def answer():\n    return 42\n")
+            self.install(name, "1.0")
+
+    def install(self, name: str, version: str) -> None:
+        for old in self.folder.glob(f"{name}-*.dist-info"):
+            shutil.rmtree(old)
+        info = self.folder / f"{name}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        (info / "top_level.txt").write_text(f"{name}\n")
+        importlib.invalidate_caches()
+
+    def imports(self, module: str) -> str:
+        """Page code that imports `module` from this site."""
+        return f"import sys\nsys.path.insert(0, {str(self.folder)!r})\nimport {module}\n"
+
+
+@pytest.fixture
+def site(tmp_path_factory, monkeypatch) -> FakeSite:
+    folder = tmp_path_factory.mktemp("site-packages")
+    monkeypatch.syspath_prepend(str(folder))  # where the build looks the versions up again
+    return FakeSite(folder)
+
+
+def test_bumping_a_library_the_page_uses_reruns_it_and_bumping_a_test_tool_reruns_nothing(
+        tmp_path, settings, site):
     log = tmp_path / "log"
-    execute_page(page_with_side_effect(log), PATH, settings)
-    real = cache_module.distributions
+    page = page_with_side_effect(log, extra="\n" + site.imports("fakelib") + "answer = fakelib.answer()")
+    first = execute_page(page, PATH, settings)
+    assert first.inputs.dists["fakelib"] == "1.0" and {"torch", "numpy"} <= set(first.inputs.dists)
+    assert not {"faketool", "pytest", "ruff", "lessonlib"} & set(first.inputs.dists)
 
-    def one_upgraded():
-        for d in real():
-            text = d.read_text("METADATA") or d.read_text("PKG-INFO")
-            if d.metadata["Name"] == "tqdm":
-                text = re.sub(r"^Version: .*$", "Version: 0.0.1", text, count=1, flags=re.M)
-            yield type("Dist", (), {"read_text": lambda self, name, text=text: text})()
+    site.install("faketool", "2.0")
+    assert execute_page(page, PATH, settings).from_cache and runs(log) == 1
 
-    monkeypatch.setattr(cache_module, "distributions", one_upgraded)
-    execute_page(page_with_side_effect(log), PATH, settings)
+    site.install("fakelib", "2.0")
+    reasons = []
+    again = execute_pages([(page, PATH)], settings, report=reasons.append)[0]
+    assert not again.from_cache and runs(log) == 2
+    assert any("installed distribution fakelib changed" in r for r in reasons), reasons
+
+
+def test_bumping_a_library_reruns_a_memoized_call_that_uses_it_and_nothing_else(tmp_path, settings, site):
+    log = tmp_path / "log"
+
+    def page(version: int) -> str:  # each version of the page runs; its memoized call may not
+        return ("```python exec\n" + site.imports("fakelib") + "from lessonlib import memo\n"
+                f"def train():\n    with open({str(log)!r}, 'a') as f:\n        f.write('ran\\n')\n"
+                f"    return fakelib.answer()\nprint(memo(train)(), {version})\n```\n")
+
+    execute_page(page(1), PATH, settings)
+    (entry,) = (settings.cache_dir / "memo").glob("*.json")
+    assert json.loads(entry.read_text())["manifest"]["dists"]["fakelib"] == "1.0"
+
+    site.install("faketool", "2.0")
+    assert not execute_page(page(2), PATH, settings).from_cache and runs(log) == 1
+
+    site.install("fakelib", "2.0")
+    execute_page(page(3), PATH, settings)
     assert runs(log) == 2
-
-
-def test_a_checkouts_own_metadata_on_sys_path_does_not_change_the_fingerprint(tmp_path, monkeypatch):
-    """A notebook's kernel starts in the page's folder, a build's worker in the checkout, whose
-    lessonlib.egg-info (left by `pip install -e .`) is then found twice: both must agree, or the
-    kernel misses every memoized result."""
-    def copies() -> int:
-        return sum(d.metadata["Name"] == "lessonlib" for d in cache_module.distributions())
-
-    before, installed = cache_module.environment_fingerprint(), copies()
-    info = tmp_path / "lessonlib.egg-info"
-    info.mkdir()
-    (info / "PKG-INFO").write_text(f"Metadata-Version: 2.1\nName: lessonlib\nVersion: {version('lessonlib')}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    assert copies() == installed + 1
-    assert cache_module.environment_fingerprint() == before
 
 
 def test_pages_do_not_leak_state_into_each_other(tmp_path, settings):

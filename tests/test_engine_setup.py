@@ -5,6 +5,7 @@ errors keep what Python says (the caret, "Did you mean"), `lessonlib run` shows 
 a failure; documented calls work."""
 from __future__ import annotations
 
+import ast
 import errno
 import os
 import re
@@ -17,8 +18,10 @@ import pytest
 from fixture_sites import GOOD, LESSONLIB, MKDOCS_BUILD, MKDOCS_YML, make_site
 from site_support import can_mount_tmpfs, tree, with_cache_on_tmpfs
 
+from lessonlib.__main__ import main as cli_main
+from lessonlib.engine import config
 from lessonlib.engine.cache import prune
-from lessonlib.engine.config import Settings
+from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.errors import LessonError
 from lessonlib.engine.page import execute_page
 
@@ -192,3 +195,64 @@ def test_the_readme_says_how_long_the_first_build_takes_how_to_add_a_dependency_
     assert re.search(r"first build[^.]*\d+ minutes", readme, re.I)
     assert "pyproject.toml" in readme and "constraints.txt" in readme and "dependency" in readme
     assert re.search(r"notebook.{0,80}needs", readme, re.I | re.S)
+
+
+def test_the_cache_is_the_users_own_shared_by_every_clone_unless_a_setting_names_another(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("LESSONLIB_CACHE_DIR", raising=False)
+    clones = [tmp_path / "one", tmp_path / "two"]
+    for clone in clones:
+        make_site(clone, {"index.md": "# Home\n"})
+        (clone / "mkdocs.yml").write_text(MKDOCS_YML.replace("      cache_dir: .cache\n", ""))
+    assert [load_settings(c / "mkdocs.yml").cache_dir for c in clones] == [tmp_path / "xdg" / "lessonlib"] * 2
+
+    (clones[0] / "mkdocs.yml").write_text(MKDOCS_YML)
+    assert load_settings(clones[0] / "mkdocs.yml").cache_dir == clones[0] / ".cache"
+    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert load_settings(clones[1] / "mkdocs.yml").cache_dir == tmp_path / "elsewhere"
+
+
+def test_lessonlib_cache_says_where_the_cache_is_and_how_much_it_holds_and_clears_it(tmp_path, monkeypatch, capsys):
+    cache = tmp_path / "cache"
+    (cache / "pages").mkdir(parents=True)
+    (cache / "pages" / "entry.json").write_bytes(b"x" * 3 * 2**20)
+    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(cache))
+    monkeypatch.chdir(tmp_path)  # no mkdocs.yml here: the environment alone decides
+
+    assert cli_main(["cache"]) == 0
+    assert capsys.readouterr().out == f"the cache at {cache} holds 3.0 MB in 1 files (limit 1024 MB)\n"
+    assert cli_main(["cache", "--clear"]) == 0
+    assert capsys.readouterr().out == f"cleared the cache at {cache} (3.0 MB in 1 files)\n"
+    assert not cache.exists()
+
+
+def lessonlib_variables_read(tree: ast.AST) -> list[int]:
+    """Lines that read a LESSONLIB_* variable (by name or through config's constants)."""
+    names = {name for name in vars(config) if getattr(config, name) in config.VARIABLES}
+
+    def names_a_variable(node: ast.AST) -> bool:
+        return ((isinstance(node, ast.Constant) and str(node.value).startswith("LESSONLIB_"))
+                or (isinstance(node, ast.Name) and node.id in names))
+
+    lines = []
+    for node in ast.walk(tree):
+        reads = (isinstance(node, ast.Call) and ast.unparse(node.func) in ("os.environ.get", "os.getenv", "environ.get")
+                 and node.args and names_a_variable(node.args[0]))
+        reads |= (isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load)
+                  and ast.unparse(node.value).endswith("environ") and names_a_variable(node.slice))
+        if reads:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_settings_is_the_only_reader_of_lessonlib_variables():
+    assert lessonlib_variables_read(ast.parse("import os\nos.environ.get('LESSONLIB_DEVICE', 'cpu')\n"
+                                              "os.environ[DEVICE]\n")) == [2, 3]
+    readers = {}
+    for file in [*(ROOT / "lessonlib").rglob("*.py"), *(ROOT / "scripts").rglob("*.py"),
+                 *(p for p in (ROOT / "scripts").iterdir() if p.is_file() and p.read_text().startswith("#!/usr/bin/env python"))]:
+        if file.name != "config.py" and (lines := lessonlib_variables_read(ast.parse(file.read_text()))):
+            readers[file.relative_to(ROOT).as_posix()] = lines
+    assert readers == {}
+    declared = re.findall(r'^([A-Z_]+) = "(LESSONLIB_\w+)"  # (.+)$', (ROOT / "lessonlib/engine/config.py").read_text(), re.M)
+    assert sorted(v for _, v, _ in declared) == sorted(config.VARIABLES)

@@ -1,14 +1,16 @@
 """Page cache, two-level like ccache's direct mode: never keyed on prose, never on file times.
 
 The static key covers the page's path, its blocks and their options, its inline expressions,
-and the environment (every installed distribution, the Python version, the device, the seed and
-FORMAT). The engine's code is not in it: the worker-side modules a page ran with are inputs in
-its manifest, like any project module, and the build-side ones (plugin, render, notebook, the
-HTML and search memos, pool, page) change no stored result; what they store themselves is keyed
-on their own code (source_fingerprint). The entry under it holds the outputs and the manifest of what the run
-actually read (lessonlib.engine.inputs); a lookup hits only if every recorded input is
-unchanged. Entries carry a checksum, are written atomically and exist only for complete,
-successful runs. Nothing here imports torch.
+and the environment (the Python version, the device, the seed and FORMAT). The entry under it
+holds the outputs and the manifest of what the run actually read (lessonlib.engine.inputs),
+the installed distributions its code refers to included; a lookup hits only if every recorded
+input is unchanged. The engine's code is not in the key: the worker-side modules a page ran
+with are inputs in its manifest, like any project module, and the build-side ones (plugin,
+render, notebook, the HTML and search memos, pool, page) change no stored result; what they
+store themselves is keyed on their own code (source_fingerprint). Entries carry a checksum,
+are written atomically and exist only for complete, successful runs. Paths in keys and
+manifests are relative to the project's root, so every clone shares one cache (by default the
+user's: lessonlib.engine.config.user_cache_dir). Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -21,29 +23,27 @@ import json
 import os
 import pickle
 import platform
-import re
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass
-from importlib.metadata import distributions
 from pathlib import Path
 from typing import IO
 
 from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.config import DEVICE, SEED
+from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs
 
-FORMAT = 4  # bump when the stored layout or the rendering contract changes
+FORMAT = 5  # bump when the stored layout or the rendering contract changes
 ENGINE = Path(__file__).parent
 
 
-def environment_fingerprint() -> str:
-    """What every page depends on besides its own inputs: installed versions, Python, the
-    device, the seed and the cache's format."""
-    facts = [FORMAT, platform.python_version(), platform.machine(), installed(),
-             os.environ.get(DEVICE, "cpu"), SEED]
+def environment_fingerprint(device: str) -> str:
+    """What every page depends on besides its own inputs: Python, the machine's kind, the device,
+    the seed and the cache's format. Installed versions are inputs of the pages and calls whose
+    code refers to them (lessonlib.engine.inputs), not of every key."""
+    facts = [FORMAT, platform.python_version(), platform.machine(), device, SEED]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
 
 
@@ -54,22 +54,6 @@ def source_fingerprint(*modules: str) -> str:
     for name in modules:
         h.update(name.encode() + (ENGINE / f"{name}.py").read_bytes())
     return h.hexdigest()
-
-
-_HEADER = re.compile(r"^(Name|Version):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
-
-
-def installed() -> list[str]:
-    """Every installed distribution as "name==version". A set: a checkout's own lessonlib.egg-info
-    is found again when the working folder is on sys.path (a kernel started elsewhere is not), and
-    must not change the fingerprint. Read from the metadata's header alone: parsing whole files
-    as e-mail (Distribution.metadata) took most of a warm build's own time."""
-    found = set()
-    for d in distributions():
-        header = (d.read_text("METADATA") or d.read_text("PKG-INFO") or "").split("\n\n", 1)[0]
-        fields = dict(_HEADER.findall(header))
-        found.add(f"{fields.get('Name')}=={fields.get('Version')}")
-    return sorted(found)
 
 
 def page_key(page: ParsedPage, environment: str) -> str:

@@ -1,6 +1,11 @@
 """Every setting of the engine, in one place: the options of the lessonlib plugin in mkdocs.yml,
 the LESSONLIB_* environment variables, the Settings the three doors (the MkDocs plugin, the
-pytest collector, the CLI) hand the executor, and the seed.
+pytest collector, the CLI) hand the executor, and the seed. No other module reads a LESSONLIB_*
+variable: they ask Settings (or, outside a build, `Settings().with_environment()`).
+
+The cache lives where a user's caches live (platformdirs: $XDG_CACHE_HOME/lessonlib, else
+~/.cache/lessonlib on Linux), so every clone and worktree on a machine shares it: its keys name
+paths relative to the project's root, never the checkout's folder.
 
 MkDocs is imported only when the plugin's option schema or mkdocs.yml is asked for: a page's
 process and a reader's notebook import this module without it.
@@ -12,18 +17,27 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import platformdirs
+
 from lessonlib.engine import options
 from lessonlib.engine.errors import SetupError
 
 SEED = 0  # every page, and every memoized call, starts from this seed in random, NumPy and torch
 
-# The environment variables the engine reads.
+# The environment variables the engine reads (here, and nowhere else).
 EXECUTE = "LESSONLIB_EXECUTE"  # 0: show the code and run nothing (a quick preview of the prose)
 REFRESH = "LESSONLIB_REFRESH"  # 1: run every page and memoized call again, even on a cache hit
 CACHE_DIR = "LESSONLIB_CACHE_DIR"  # the cache folder instead of cache_dir; outside a build, memo's store
 WORKERS = "LESSONLIB_WORKERS"  # overrides the workers option
 DEVICE = "LESSONLIB_DEVICE"  # the torch device pages run on: cpu (the default), cuda, cuda:1
+PERTURB = "LESSONLIB_PERTURB"  # scripts/robustness: stand-ins for another machine (scripts/perturb)
 BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which ends when the build does
+VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID)
+
+
+def user_cache_dir() -> Path:
+    """The cache's default folder: the user's, shared by every clone of the project."""
+    return Path(platformdirs.user_cache_dir("lessonlib", appauthor=False))
 
 
 @dataclass(frozen=True)
@@ -40,6 +54,8 @@ class Settings:
     output_limit_kb: float = 1024  # per block, text and figures
     cache_limit_mb: float = 1024  # page entries and memoized results; the least recently used go first
     keep_going: bool = False  # run a page on past a failed assert, then fail it naming every failed assert
+    device: str = "cpu"  # the torch device pages run on (LESSONLIB_DEVICE): cpu, cuda, cuda:1
+    perturb: tuple[str, ...] = ()  # scripts/robustness only (LESSONLIB_PERTURB): subnormals, threads=N
 
     def __post_init__(self) -> None:
         """Raises SetupError, naming the option, for a value out of range."""
@@ -59,9 +75,8 @@ class Settings:
             object.__setattr__(self, name, value)
 
     def with_environment(self) -> Settings:
-        """Apply LESSONLIB_EXECUTE, LESSONLIB_REFRESH, LESSONLIB_CACHE_DIR and LESSONLIB_WORKERS
-        (a bad value is a SetupError naming the variable)."""
-        env = {name: os.environ.get(name, "") for name in (CACHE_DIR, WORKERS, EXECUTE, REFRESH)}
+        """Apply the LESSONLIB_* variables (a bad value is a SetupError naming the variable)."""
+        env = {name: os.environ.get(name, "") for name in VARIABLES}
         switches = {name: options.switch(name, env[name]) for name in (EXECUTE, REFRESH) if env[name]}
         return replace(
             self,
@@ -69,7 +84,20 @@ class Settings:
             execute=self.execute and switches.get(EXECUTE, True),
             refresh=self.refresh or switches.get(REFRESH, False),
             workers=options.whole_number(WORKERS, env[WORKERS]) if env[WORKERS] else self.workers,
+            device=env[DEVICE] or self.device,
+            perturb=tuple(p.strip() for p in env[PERTURB].split(",") if p.strip()) or self.perturb,
         )
+
+
+def environment_settings() -> Settings:
+    """The settings outside a build (a notebook, a test, an experiment's process): the defaults
+    and the LESSONLIB_* variables; no cache unless LESSONLIB_CACHE_DIR names one."""
+    return Settings().with_environment()
+
+
+def build_pid() -> str | None:
+    """The build that started this forkserver (LESSONLIB_BUILD_PID), if one did."""
+    return os.environ.get(BUILD_PID)
 
 
 @functools.cache
@@ -82,8 +110,10 @@ def _lesson_config() -> type:
 
         timeout = c.Type((int, float), default=600)
         """Seconds a block may run; a block may set its own (`timeout=N` on its fence)."""
-        cache_dir = c.Type(str, default=".lessonlib-cache")
-        """The cache folder, relative to mkdocs.yml (LESSONLIB_CACHE_DIR overrides it)."""
+        cache_dir = c.Optional(c.Type(str))
+        """The cache folder, relative to mkdocs.yml; unset: the user's cache folder, shared by
+        every clone ($XDG_CACHE_HOME/lessonlib, else ~/.cache/lessonlib). LESSONLIB_CACHE_DIR
+        overrides it."""
         workers = c.Type(int, default=0)
         """Pages run at once, and processes a page's experiments may start; 0: one per core
         (LESSONLIB_WORKERS overrides it)."""
@@ -107,7 +137,8 @@ def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settin
     """The Settings for a validated LessonConfig and the environment. Raises SetupError, naming
     the option or the variable, for a bad value."""
     try:
-        settings = Settings(root=root, timeout=config.timeout, cache_dir=root / config.cache_dir,
+        cache_dir = root / config.cache_dir if config.cache_dir else user_cache_dir()
+        settings = Settings(root=root, timeout=config.timeout, cache_dir=cache_dir,
                             workers=config.workers, memory_limit_mb=config.memory_limit_mb,
                             output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb)
     except SetupError as e:

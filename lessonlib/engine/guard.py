@@ -15,7 +15,7 @@ import signal
 import sys
 
 from lessonlib.engine import lifetime
-from lessonlib.engine.config import BUILD_PID
+from lessonlib.engine.config import build_pid
 
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
@@ -36,6 +36,6 @@ for _sig in _SIGNALS:
     signal.signal(_sig, _end_everything)
 lifetime.become_subreaper()
 lifetime.signal_when_parent_dies(signal.SIGTERM)
-if os.environ.get(BUILD_PID) not in (None, str(os.getppid())):  # the build died before that was set
+if build_pid() not in (None, str(os.getppid())):  # the build died before that was set
     _end_everything(signal.SIGTERM, None)
 os.register_at_fork(after_in_child=_in_a_worker)

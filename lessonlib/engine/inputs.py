@@ -10,7 +10,9 @@ is then seen at its end):
   kind, a file's size; never file times;
 - environment variables read by the page's code or the project's modules (not by libraries,
   which read them for their own purposes and are pinned by the environment fingerprint);
-- at the end, every module imported from the project (whatever imported it, statically or not).
+- at the end, every module imported from the project (whatever imported it, statically or not),
+  and the installed distributions (torch, NumPy ...) that the code reached refers to, with their
+  versions: bumping a library re-runs what uses it, and nothing else.
 A path is named as the page named it: a symlink's target is part of its fingerprint.
 Editor swap and backup files, version control and cache folders are never inputs.
 Manifests name paths relative to the project's root, so an entry means the same in any copy
@@ -18,22 +20,25 @@ of the checkout. ``Manifest.changed`` tells what differs now. Nothing here impor
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import os
 import re
 import shlex
 import stat
 import sys
 import threading
-from collections.abc import Callable, Iterator
+import types
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-KINDS = ("modules", "files", "dirs", "probes", "env")
+KINDS = ("modules", "files", "dirs", "probes", "env", "dists")
 _WORDS = {"modules": "module", "files": "file", "dirs": "the listing of folder", "probes": "the status of",
-          "env": "environment variable"}
+          "env": "environment variable", "dists": "installed distribution"}
 
 # Never a project input: version control, caches, and what editors write beside a file
 # (vim: .name.swp and 4913, its write test; emacs: #name# and .#name; name~ backups).
@@ -98,6 +103,20 @@ def env_fingerprint(name: str, root: str) -> str | None:
     return None if value is None else hashlib.sha256(value.encode()).hexdigest()
 
 
+_HEADER = re.compile(r"^(Name|Version):[ \t]*(.*?)[ \t]*$", re.MULTILINE)
+
+
+def dist_fingerprint(name: str, root: str) -> str | None:
+    """An installed distribution's version (None: not installed). Read from the metadata's
+    header alone: parsing whole files as e-mail (Distribution.metadata) is slow."""
+    try:
+        found = importlib.metadata.distribution(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    header = (found.read_text("METADATA") or found.read_text("PKG-INFO") or "").split("\n\n", 1)[0]
+    return dict(_HEADER.findall(header)).get("Version")
+
+
 def _with_target(digest: hashlib._Hash, path: str, root: str) -> str:
     target = os.path.realpath(path)
     if target != os.path.abspath(path):
@@ -107,7 +126,7 @@ def _with_target(digest: hashlib._Hash, path: str, root: str) -> str:
 
 FINGERPRINT: dict[str, Callable[[str, str], str | None]] = {
     "modules": file_fingerprint, "files": file_fingerprint, "dirs": dir_fingerprint,
-    "probes": probe_fingerprint, "env": env_fingerprint}
+    "probes": probe_fingerprint, "env": env_fingerprint, "dists": dist_fingerprint}
 
 
 @dataclass
@@ -119,6 +138,7 @@ class Manifest:
     dirs: dict[str, str | None] = field(default_factory=dict)
     probes: dict[str, str | None] = field(default_factory=dict)
     env: dict[str, str | None] = field(default_factory=dict)
+    dists: dict[str, str | None] = field(default_factory=dict)  # name: version
 
     def changed(self, root: str | Path, now: dict[tuple[str, str], str | None] | None = None) -> str | None:
         """The first input that differs now in the checkout at `root`, in words (None if none).
@@ -128,7 +148,7 @@ class Manifest:
         now = {} if now is None else now
         for kind in KINDS:
             for name, recorded in getattr(self, kind).items():
-                where = name if kind == "env" else absolute(name, root)
+                where = name if kind in ("env", "dists") else absolute(name, root)
                 if (kind, where) not in now:
                     now[(kind, where)] = FINGERPRINT[kind](where, root)
                 if now[(kind, where)] != recorded:
@@ -141,7 +161,8 @@ class Manifest:
 
     def paths(self, root: str | Path) -> list[str]:
         """Every file and folder named, absolute."""
-        return [absolute(name, str(root)) for kind in KINDS if kind != "env" for name in getattr(self, kind)]
+        return [absolute(name, str(root)) for kind in KINDS if kind not in ("env", "dists")
+                for name in getattr(self, kind)]
 
     def to_json(self) -> dict:
         return {kind: dict(sorted(getattr(self, kind).items())) for kind in KINDS}
@@ -174,13 +195,19 @@ class Recorder:
         finally:
             _active.remove(self)
 
-    def manifest(self, modules: list[str] | None = None) -> Manifest:
+    def manifest(self, modules: list[str] | None = None, namespaces: Iterable[dict] = ()) -> Manifest:
         """What was read, as first seen. `modules`: module files to include (default: every
-        project module imported in this process)."""
+        project module imported in this process). The distributions are those that these
+        modules and `namespaces` (the page's globals) refer to."""
         files = self._project_modules() if modules is None else modules
         seen = Manifest(**{kind: dict(getattr(self.seen, kind)) for kind in KINDS})
         for file in files:
             seen.modules[portable(file, self.project)] = _first_seen("modules", file, self.project)
+        wanted = set(files)
+        project = [vars(m) for m in list(sys.modules.values()) if _module_file(m) in wanted]
+        libraries = {name for name in referenced_modules([*namespaces, *project])
+                     if not self.watches(_module_file(sys.modules.get(name)) or "")}
+        seen.dists.update(distributions(libraries))
         return Manifest.from_json(seen.to_json())
 
     def note(self, kind: str, path: str) -> None:
@@ -202,6 +229,33 @@ class Recorder:
     def _project_modules(self) -> list[str]:
         return [f for f in map(_module_file, list(sys.modules.values()))
                 if f and self.watches(f) and f not in _KEYED_ELSEWHERE]
+
+
+def referenced_modules(namespaces: Iterable[dict]) -> set[str]:
+    """The top-level packages of the modules, functions, classes and objects these namespaces hold."""
+    found = set()
+    for namespace in namespaces:
+        for value in list(namespace.values()):
+            try:
+                name = value.__name__ if isinstance(value, types.ModuleType) else \
+                    getattr(value, "__module__", None) or type(value).__module__
+            except Exception:  # noqa: BLE001 (a lazy proxy that fails when looked at: not a library's)
+                continue
+            if isinstance(name, str) and name:
+                found.add(name.partition(".")[0])
+    return found
+
+
+def distributions(packages: Iterable[str]) -> dict[str, str | None]:
+    """The installed distributions that provide these top-level packages, with their versions."""
+    owners = _packages_distributions()
+    names = {owner for package in packages for owner in owners.get(package, ())}
+    return {name: _first_seen("dists", name, "") for name in sorted(names)}
+
+
+@functools.cache
+def _packages_distributions() -> dict[str, list[str]]:
+    return importlib.metadata.packages_distributions()
 
 
 def note(manifest: Manifest) -> None:

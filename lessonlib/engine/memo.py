@@ -46,7 +46,7 @@ from lessonlib.engine.cache import (
     touch,
     write_atomically,
 )
-from lessonlib.engine.config import CACHE_DIR, SEED
+from lessonlib.engine.config import SEED, environment_settings
 from lessonlib.engine.fingerprint import (
     Unfingerprintable,
     callable_fingerprint,
@@ -65,7 +65,7 @@ class MemoStore:
     ignored: list[Path]  # e.g. the cache itself
     page_namespace: dict | None = None  # where the page's functions live
     refresh: bool = False  # run even when a valid result is stored (LESSONLIB_REFRESH=1)
-    environment: str = field(default_factory=environment_fingerprint)
+    environment: str = field(default_factory=lambda: environment_fingerprint(environment_settings().device))
 
 
 # What a key means: the code that makes it and the code that records what a call read.
@@ -99,10 +99,10 @@ def memo_store(store: MemoStore | None) -> Iterator[None]:
 
 
 def _store_from_environment() -> MemoStore | None:
-    cache = os.environ.get(CACHE_DIR)
-    if not cache:
+    settings = environment_settings()
+    if settings.cache_dir is None:
         return None
-    main, cache_dir = sys.modules.get("__main__"), Path(cache).resolve()
+    main, cache_dir = sys.modules.get("__main__"), settings.cache_dir
     return MemoStore(cache_dir / "memo", _package_root(), [_package_root()], [cache_dir],
                      getattr(main, "__dict__", None))
 
@@ -209,9 +209,11 @@ def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwa
     with recorder.recording(), _CodeTracer(recorder) as tracer, _kept_output() as printed:
         result = func(*args, **kwargs)
     seconds = time.perf_counter() - started
-    manifest = recorder.manifest(modules=tracer.module_files())
+    page_code = tracer.page_code(store)
+    namespaces = [store.page_namespace] if page_code and store.page_namespace else []
+    manifest = recorder.manifest(modules=tracer.module_files(), namespaces=namespaces)
     entry = {"function": name, "manifest": manifest.to_json(), "printed": printed,
-             "code": tracer.page_code(store), "globals": tracer.page_globals(store)}
+             "code": page_code, "globals": tracer.page_globals(store)}
     tmp = temporary_beside(result_path)
     try:
         with cache_errors(store.root):  # a full disk is the cache's fault, not the lesson's line

@@ -30,7 +30,7 @@ from lessonlib.engine.cache import (
     parsed_page,
     prune,
 )
-from lessonlib.engine.config import DEVICE, SEED, Settings
+from lessonlib.engine.config import SEED, Settings
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
@@ -101,7 +101,7 @@ class _Run:
 
     def __init__(self, settings: Settings, report: Report) -> None:
         self.settings, self.report = settings, report
-        self.environment = environment_fingerprint()
+        self.environment = environment_fingerprint(settings.device)
         self.torch = version("torch")  # for the stamp; read once: each read parses its metadata
         self.cache = PageCache(settings.cache_dir) if settings.cache_dir else None
         with self._cache_errors():  # a cache folder that cannot be used is said before anything runs
@@ -251,7 +251,7 @@ class _Run:
         return max(1, min(self._cores(), pages))
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
-        markdown = render(page, outputs.blocks, outputs.values, footer=stamp(key, self.torch))
+        markdown = render(page, outputs.blocks, outputs.values, footer=stamp(key, self.torch, self.settings.device))
         return PageResult(page, markdown, outputs, inputs, key=key)
 
 
@@ -265,9 +265,8 @@ def _summary(results: list[PageResult | LessonError], seconds: float, workers: i
             + f", in {seconds:.1f} s" + (f" with {workers} workers" if workers > 1 else ""))
 
 
-def stamp(key: str, torch: str) -> str:
+def stamp(key: str, torch: str, device: str) -> str:
     """The build stamp under every executed page: how its numbers were produced (`torch`: its version)."""
-    device = os.environ.get(DEVICE, "cpu")
     return (
         f'<p class="lessonlib-stamp">Numbers and figures on this page were computed when the site was built: '
         f"torch {torch}, device <code>{device}</code>, seed {SEED}, "

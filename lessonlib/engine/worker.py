@@ -153,7 +153,7 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
             values = session.values()
             session.assert_all_held()
             children.seen_after(len(page.blocks))
-    return Finished(values, recorder.manifest().to_json())
+    return Finished(values, recorder.manifest(namespaces=[session.namespace]).to_json())
 
 
 @dataclass

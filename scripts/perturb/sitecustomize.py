@@ -8,9 +8,9 @@ start) applies what LESSONLIB_PERTURB names (comma-separated):
 
 ATEN_CPU_CAPABILITY (other vectorised kernels) needs no help here: torch reads it itself.
 """
-import os
+from lessonlib.engine.config import environment_settings
 
-_asked = [p.strip() for p in os.environ.get("LESSONLIB_PERTURB", "").split(",") if p.strip()]
+_asked = environment_settings().perturb
 if _asked:
     import torch
 
