@@ -1,7 +1,8 @@
 """lessonlib: the course's build-time engine and its small reference models.
 
-Lesson code uses ``lessonlib.device()``, ``lessonlib.memo``, ``lessonlib.progress`` and
-``lessonlib.figure_data`` (a figure's numbers, offered as a table); a downloaded notebook starts
+Lesson code uses ``lessonlib.device()``, ``lessonlib.memo``, ``lessonlib.progress``,
+``lessonlib.figure_data`` (a figure's numbers, offered as a table) and ``lessonlib.claim`` (an
+assert's message that quotes the sentence it checks); a downloaded notebook starts
 with ``lessonlib.start_page()``, the state every page starts from. None of
 them imports torch until it is used, so the build process, which only renders the pages that
 come from the cache, never imports torch.
@@ -11,10 +12,14 @@ from __future__ import annotations
 from lessonlib import device  # callable: lessonlib.device() is the device; lessonlib.device.cpus() too
 from lessonlib.progress import progress
 
-__all__ = ["device", "figure_data", "memo", "progress", "start_page"]
+__all__ = ["claim", "device", "figure_data", "memo", "progress", "start_page"]
 
 
 def __getattr__(name: str):
+    if name == "claim":
+        from lessonlib.engine.claims import claim
+
+        return claim
     if name == "memo":  # the engine's memo imports NumPy and joblib: only pages need it
         from lessonlib.engine.memo import memo
 

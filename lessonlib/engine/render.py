@@ -7,6 +7,7 @@ import hashlib
 import html
 import re
 
+from lessonlib.engine import claims
 from lessonlib.engine.blocks import (
     CODE_SPAN,
     SLOT_CLASS,
@@ -33,7 +34,7 @@ def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str
             continue
         out.append(render_line(page, i, values))
         i += 1
-    text = "".join(out) + checks_appendix(page)
+    text = "".join(out) + checks_appendix(page, values)
     return f"{text.rstrip()}\n\n{footer}\n" if footer else text
 
 
@@ -41,19 +42,25 @@ CHECKS_TITLE = "How this page checks its claims"
 _HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*(?:\{[^}]*\})?\s*$")
 
 
-def checks_appendix(page: ParsedPage) -> str:
+def checks_appendix(page: ParsedPage, values: dict[str, str] | None = None) -> str:
     """The page's check blocks, gathered at its end in one collapsed block, each under the name
-    of the section it runs in: the evidence for the prose, out of the reader's way."""
+    of the section it runs in: the evidence for the prose, out of the reader's way. Each claim a
+    check quotes stands, as the page says it, above the code that checks it."""
     checks = [b for b in page.blocks if b.check]
     if not checks:
         return ""
+    said = claims.sentences("".join(page.lines))
     out = [f'\n??? info "{CHECKS_TITLE}"\n\n',
            "    Every claim on this page is checked when the site is built, by the code below: it runs where\n"
            "    its section stands, and a claim that fails stops the build.\n"]
     for block in checks:
-        out += [f"\n    In *{section_of(page, block)}*:\n\n    ```python\n"]
-        out += [f"    {row}\n" if row.strip() else "\n" for row in block.code.rstrip().split("\n")]
-        out.append("    ```\n")
+        out.append(f"\n    In *{section_of(page, block)}*:\n")
+        for phrases, code in claims.segments(block):
+            for phrase in phrases:
+                sentence = claims.sentence_of(phrase, said)
+                quoted = substitute_inline(sentence.text, values) if sentence else phrase
+                out.append(f"\n    > {quoted}\n")
+            out += ["\n    ```python\n", *(f"    {row}\n" if row.strip() else "\n" for row in code), "    ```\n"]
     return "".join(out)
 
 

@@ -1,0 +1,91 @@
+"""Claims bound to checks: which sentences count as claims, how a check quotes one, what
+`lessonlib check` says, and how the page's checks list shows each sentence above its check."""
+from __future__ import annotations
+
+import pytest
+
+from lessonlib.__main__ import main as cli_main
+from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.claims import binding, claim, sentences
+from lessonlib.engine.render import checks_appendix
+
+
+@pytest.mark.parametrize(("sentence", "is_claim"), [
+    ("The LSTM learns the task in fewer steps than the RNN.", True),
+    ("The transformer is cheaper per step.", True),
+    ("Training never diverged.", True),
+    ("The gate stays open because its bias starts at one.", True),
+    ("Without the mask the model fails to generate.", True),
+    ("For language this is fatal.", True),
+    ("Here is the model, one step at a time.", False),
+    ("Every position asks a question.", False),
+    ("Run the cell below.", False),
+])
+def test_the_word_list_flags_comparisons_generalisations_and_causes_not_every_sentence(sentence, is_claim):
+    (found,) = sentences(sentence + "\n")
+    assert found.claim_like is is_claim
+
+
+PAGE = """\
+# Title
+
+The open gate solves the task. It learns faster than the RNN,
+at every length we tried. The learning rate is `{py} lr`.
+
+A plain sentence. This one is slower than it looks. <!-- not a claim: a joke -->
+
+| a table | never counts |
+| --- | --- |
+| a | b |
+
+```python exec check
+ok = True
+assert ok, claim("solves the task")
+x = 1
+assert x == 1, claim("faster than the RNN, at every length")
+```
+"""
+
+
+def test_sentences_keep_their_lines_and_a_comment_marks_the_sentence_before_it_as_not_a_claim():
+    found = {s.text: s for s in sentences(PAGE)}
+    assert found["It learns faster than the RNN, at every length we tried."].line == 3
+    assert found["The learning rate is `{py} lr`."].line == 4
+    assert found["This one is slower than it looks."].marked
+    assert not found["A plain sentence."].marked
+    assert not any("never counts" in text for text in found)  # tables are data, not prose
+
+
+def test_binding_counts_flagged_bound_and_marked_and_names_a_phrase_the_prose_lost():
+    page = parse_page(PAGE, "docs/p.md")
+    found = binding(page, PAGE)
+    assert (found.flagged, found.bound, found.marked, found.missing, found.unbound) == (3, 2, 1, [], [])
+
+    edited = PAGE.replace("gate solves the task", "gate solves it")
+    found = binding(parse_page(edited, "docs/p.md"), edited)
+    assert [(c.phrase, c.line) for c in found.missing] == [("solves the task", 14)]
+    assert [s.text for s in found.unbound] == ["The open gate solves it."]
+
+
+def test_claim_is_the_message_of_the_assert_that_checks_the_sentence():
+    with pytest.raises(AssertionError, match="the claim 'never diverged' does not hold: loss 3.2"):
+        assert 3.2 < 1, claim("never diverged", "loss 3.2")
+
+
+def test_the_checks_list_shows_each_sentence_with_its_values_above_the_code_that_checks_it():
+    page = parse_page(PAGE.replace("`{py} lr`", "`{py} lr`, faster than `{py} lr * 2`"), "docs/p.md")
+    appendix = checks_appendix(page, {"lr": "0.1", "lr * 2": "0.2"})
+    first, second = appendix.index("> The open gate solves the task."), appendix.index("> It learns faster")
+    assert first < appendix.index('claim("solves the task")') < second < appendix.index("x = 1")
+    assert appendix.index("ok = True") < appendix.index('claim("solves the task")')
+
+
+def test_lessonlib_check_fails_on_an_unbound_claim_and_passes_once_it_is_bound_or_marked(tmp_path, capsys):
+    page = tmp_path / "p.md"
+    page.write_text(PAGE + "\nThis matters because of the gate.\n")
+    assert cli_main(["check", str(page)]) == 1
+    assert f"{page.as_posix()}:19: a claim no check quotes: 'This matters because of the gate.'" in capsys.readouterr().out
+
+    page.write_text(PAGE + "\nThis matters because of the gate. <!-- not a claim -->\n")
+    assert cli_main(["check", str(page)]) == 0
+    assert "4 claim-like sentences: 2 quoted by a check, 2 marked not a claim, 0 neither" in capsys.readouterr().err
