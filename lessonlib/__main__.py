@@ -106,13 +106,10 @@ def _check(pages: list[Path]) -> int:
             print(f"{name}:{numeral.line}: {numeral}")
             numerals += 1
         found = binding(parse_page(text, name), text)
-        for quoted in found.missing:
-            print(f"{name}:{quoted.line}: the check quotes {quoted.phrase!r}, which the prose no longer says")
-        for sentence in found.unbound:
-            print(f"{name}:{sentence.line}: a claim no check quotes: {sentence.text!r}")
-        claims_unchecked += len(found.missing) + len(found.unbound)
-        print(f"{name}: {found.flagged} claim-like sentences: {found.bound} quoted by a check, "
-              f"{found.marked} marked not a claim, {len(found.unbound)} neither", file=sys.stderr)
+        for line, problem in found.problems():
+            print(f"{name}:{line}: {problem}")
+            claims_unchecked += 1
+        print(f"{name}: {found.counts()}", file=sys.stderr)
     if numerals:
         print(f"{numerals} numerals typed by hand: make each an inline value (`{{py}} expr`), or mark a "
               "deliberate literal as `{lit} text`", file=sys.stderr)

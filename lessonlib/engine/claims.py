@@ -95,6 +95,15 @@ class Binding:
     bound: int  # of those, quoted by a check
     marked: int  # of those, marked as not a claim
 
+    def problems(self) -> list[tuple[int, str]]:
+        """(line, what is wrong), in the page's order."""
+        lost = [(c.line, f"the check quotes {c.phrase!r}, which the prose no longer says") for c in self.missing]
+        return sorted(lost + [(s.line, f"a claim no check quotes: {s.text!r}") for s in self.unbound])
+
+    def counts(self) -> str:
+        return (f"{self.flagged} claim-like sentences: {self.bound} quoted by a check, "
+                f"{self.marked} marked not a claim, {len(self.unbound)} neither")
+
 
 def segments(block: Block) -> list[tuple[list[str], list[str]]]:
     """The block's code cut after each statement that holds claims: [(phrases, code lines)],
