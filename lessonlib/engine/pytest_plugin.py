@@ -1,5 +1,6 @@
 """The pytest door: every page under docs/ with exec or pycon blocks is one test item, and
-every lesson page (docs/lessons/) gets a second one: no numeral typed by hand in its prose.
+every lesson page (docs/lessons/) gets two more: no numeral typed by hand in its prose, and every
+claim-like sentence bound to the check that quotes it (`python -m lessonlib check`).
 
 Each item goes through the build's executor: its page runs in a worker process of its own,
 unless the cache holds a result whose every recorded input is unchanged (a fresh clone, as in
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.claims import binding
 from lessonlib.engine.config import load_settings
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.numerals import hand_typed_numerals
@@ -35,6 +37,7 @@ class LessonFile(pytest.File):
         yield LessonItem.from_parent(self, name="executes")
         if "lessons" in self.path.relative_to(self.config.rootpath).parts:
             yield NumeralsItem.from_parent(self, name="numbers-come-from-code")
+            yield ClaimsItem.from_parent(self, name="claims-are-checked")
 
 
 class NumeralsItem(pytest.Item):
@@ -50,6 +53,19 @@ class NumeralsItem(pytest.Item):
 
     def reportinfo(self):
         return self.path, None, f"{self.path.name}: every number in prose comes from code"
+
+
+class ClaimsItem(NumeralsItem):
+    def runtest(self) -> None:
+        rel = self.path.relative_to(self.config.rootpath).as_posix()
+        text = self.path.read_text(encoding="utf-8")
+        problems = binding(parse_page(text, rel), text).problems()
+        if problems:
+            raise LessonError(rel, problems[0][0], f"{len(problems)} claims not bound to a check",
+                              "\n".join(f"{rel}:{line}: {what}" for line, what in problems))
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: every claim is quoted by the check that backs it"
 
 
 class LessonItem(pytest.Item):
