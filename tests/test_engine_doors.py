@@ -11,7 +11,7 @@ import time
 
 import nbformat
 from fixture_sites import GOOD, LESSONLIB, build_process, cli_process, command, environment, make_site
-from site_support import until
+from site_support import gone, until
 
 
 def test_build_runs_pages_and_writes_their_notebooks(tmp_path, build):
@@ -114,26 +114,27 @@ def _differences(cmp: filecmp.dircmp, prefix: str = ""):
         yield from _differences(sub, f"{prefix}{name}/")
 
 
-def test_concurrent_builds_share_a_cache_safely_and_a_killed_build_leaves_it_usable(tmp_path, lessonlib_cli):
-    slow = GOOD + "\n```python exec\nimport time\ntime.sleep(1.5)\n```\n"
-    site = make_site(tmp_path, {"good.md": slow})
-    env = environment()
-    args = [*LESSONLIB, "run", "docs/good.md"]
-    # processes: two runs at once, and one killed
-    both = [subprocess.Popen(args, cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
-    assert [p.wait(timeout=120) for p in both] == [0, 0]
-    assert "from cache" in lessonlib_cli(site, "run", "docs/good.md").stderr
-
-    started = tmp_path / "started"
-    changed = slow.replace("time.sleep(1.5)", f"open({str(started)!r}, 'w').close()\ntime.sleep(30)")
-    (site / "docs/good.md").write_text(changed)
-    victim = subprocess.Popen(args, cwd=site, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    until(started.exists, "the victim's page to be running (holding its lock)")
+def test_a_run_killed_while_its_page_runs_leaves_the_page_to_run_again(tmp_path, lessonlib_cli):
+    """The killed run held the page's lock and stored nothing: the next run neither waits for
+    it nor reads a result of it; it runs the page, and stores what the run after it reads."""
+    log, go = tmp_path / "runs.log", tmp_path / "go"
+    page = (f"```python exec\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('page done')\n```\n")
+    site = make_site(tmp_path / "site", {"held.md": page})
+    # a process: it is killed
+    victim = subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, env=environment(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    until(lambda: log.exists() and log.read_text().endswith("\n"), "the victim's page to be running (holding its lock)")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    (site / "docs/good.md").write_text(slow)
-    after = lessonlib_cli(site, "run", "docs/good.md")
-    assert after.returncode == 0 and "from cache" in after.stderr
+    (worker,) = map(int, log.read_text().split())
+    until(lambda: gone(worker), "the victim's page to end with it")
+    go.write_text("")  # the same page, so the same lock and cache entry; it no longer holds
+
+    after = lessonlib_cli(site, "run", "docs/held.md")
+    assert after.returncode == 0 and "page done" in after.stdout, after.stderr
+    assert "waiting for another build" not in after.stderr and len(log.read_text().split()) == 2  # ran again
+    assert "docs/held.md: from cache" in lessonlib_cli(site, "run", "docs/held.md").stderr
 
 
 def test_a_warm_build_does_not_import_torch(tmp_path, build):

@@ -137,9 +137,10 @@ def test_helper_modules_and_data_files_are_published_only_when_a_page_links_them
     assert not {"helper.py", "data/private.csv"} & published
 
 
-def test_two_builds_of_one_checkout_at_once_both_publish_and_say_what_each_did(tmp_path, lessonlib_cli):
-    """Build A runs the page, which holds until told; build B waits for A's result. Both write
-    the same site/."""
+def test_two_builds_of_one_checkout_at_once_run_each_page_once_and_both_publish(tmp_path, lessonlib_cli):
+    """Build A runs the page, which holds until told; build B starts meanwhile and waits for A's
+    result instead of running the page again (or failing). Both write the same site/, and the
+    result they share is in the cache for the next run."""
     log, go = tmp_path / "runs.log", tmp_path / "go"
     page = (f"```python exec\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write('ran\\n')\n"
             f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('slow page done')\n```\n")
@@ -155,13 +156,15 @@ def test_two_builds_of_one_checkout_at_once_both_publish_and_say_what_each_did(t
     a, a_err = start("a")  # processes: two builds at once
     until(log.exists, "build A to run the page")
     b, b_err = start("b")
-    until(lambda: "waiting for another build" in b_err.read_text(), "build B to wait for it")
+    until(lambda: "waiting for another build" in b_err.read_text(), "build B to wait for it")  # they overlap
     go.write_text("")
     assert [a.wait(timeout=300), b.wait(timeout=300)] == [0, 0], (a_err.read_text(), b_err.read_text())
+    assert log.read_text() == "ran\n"
     assert "2 pages: 1 ran, 1 from cache, in" in a_err.read_text()
     assert "2 pages: 0 ran, 2 from cache, in" in b_err.read_text()
     assert "slow page done" in (site / "site/slow/index.html").read_text()
     assert not list(site.glob(".site.building-*"))
+    assert "docs/slow.md: from cache" in lessonlib_cli(site, "run", "docs/slow.md").stderr
 
 
 def test_the_published_site_folder_has_the_usual_permissions(tmp_path):
