@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import filecmp
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
-import time
+import tempfile
+import urllib.request
+from pathlib import Path
 
 import nbformat
 from fixture_sites import GOOD, LESSONLIB, build_process, cli_process, command, environment, make_site
-from site_support import gone, until
+from site_support import gone, tree, until
 
 
 def test_build_runs_pages_and_writes_their_notebooks(tmp_path, build):
@@ -147,37 +151,41 @@ def test_a_warm_build_does_not_import_torch(tmp_path, build):
     assert "torch imported: False" in warm.stdout, warm.stdout + warm.stderr
 
 
-def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes(tmp_path):
-    import socket
-    import urllib.request
-
+def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes_and_keeps_its_site_when_a_rebuild_fails(
+        tmp_path):
+    """mkdocs serve builds into a temporary folder (under TMPDIR) and serves it; a rebuild that
+    fails its strict check must leave it as the last good build made it."""
     page = "```python exec\nvalue = open('../data/value.txt').read().strip()\n```\n\nThe value is `{py} value`.\n"
-    site = make_site(tmp_path, {"index.md": "# Home\n", "reads.md": page})
+    site = make_site(tmp_path / "s", {"index.md": "# Home\n", "reads.md": page})
     (site / "data").mkdir()
     (site / "data" / "value.txt").write_text("first\n")
+    # Not under tmp_path: the forkserver's socket lives under TMPDIR, and a socket's path has at
+    # most 107 bytes (pytest-xdist's tmp_path took it past that).
+    temp, log = Path(tempfile.mkdtemp(prefix="serve-")), tmp_path / "serve.log"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = environment()
-    # a process: serve runs until it is stopped, rebuilding meanwhile
-    server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def page_shows(text: str) -> bool:
-        for _ in range(1200):  # waits for what it checks; the bound only stops a hung test
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/reads/", timeout=5) as response:
-                    if text in response.read().decode():
-                        return True
-            except OSError:
-                pass
-            time.sleep(0.1)
-        return False
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/reads/", timeout=5) as response:
+                return text in response.read().decode()
+        except OSError:  # not serving yet
+            return False
 
+    with log.open("w") as err:  # a process: serve runs until it is stopped, rebuilding meanwhile
+        server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site,
+                                  env=environment(TMPDIR=str(temp)), stdout=subprocess.DEVNULL, stderr=err)
     try:
-        assert page_shows("The value is first.")
+        until(lambda: page_shows("The value is first."), "the first build")
         (site / "data" / "value.txt").write_text("second\n")
-        assert page_shows("The value is second.")
+        until(lambda: page_shows("The value is second."), "the rebuild for the file outside docs")
+        (served,) = temp.glob("mkdocs_*")
+        before = tree(served)
+        (site / "docs/reads.md").write_text(page.replace("The value is", "Its value is") + "\nSee [the missing page](missing.md).\n")
+        until(lambda: "An error happened during the rebuild" in log.read_text(), "the failed rebuild")
+        assert tree(served) == before
     finally:
         server.terminate()
         server.wait()
+        shutil.rmtree(temp)
