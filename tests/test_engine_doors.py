@@ -134,7 +134,7 @@ def test_a_run_killed_while_its_page_runs_leaves_the_page_to_run_again(tmp_path,
     victim.wait()
     (worker,) = map(int, log.read_text().split())
     until(lambda: gone(worker), "the victim's page to end with it")
-    go.write_text("")  # the same page, so the same lock and cache entry; it no longer holds
+    go.write_text("")  # the page no longer holds; its text is the same, so are its lock and cache entry
 
     after = lessonlib_cli(site, "run", "docs/held.md")
     assert after.returncode == 0 and "page done" in after.stdout, after.stderr
