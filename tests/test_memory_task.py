@@ -168,8 +168,9 @@ def test_sweep_matches_train_and_does_not_depend_on_workers(device):
     assert list(results) == [("rnn", 10, 0), ("rnn", 10, 1), ("lstm_open", 10, 0), ("lstm_open", 10, 1)]
     assert results["lstm_open", 10, 1] == train("lstm_open", 10, 1, short, device)
     if device.type == "cpu":
-        # worker processes, one thread each, each with a hash seed of its own and none of this
-        # process's state: the same numbers to the last bit, so the seed alone fixes a run
+        # worker processes, one thread each, with none of this process's state or addresses (nor its
+        # hash seed, unless PYTHONHASHSEED fixes one): the same numbers to the last bit, so the seed
+        # alone fixes a run
         assert run(2) == results
     table = format_table(results)
     assert len(table.splitlines()) == 3 and "lstm_open" in table
