@@ -5,14 +5,11 @@ turn a failure into a success: not exit(), not a crash, not a swallowed timeout.
 """
 from __future__ import annotations
 
-import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
-from fixture_sites import GOOD, MKDOCS_BUILD, cli_process, command, environment, make_site
+from fixture_sites import GOOD, cli_process, command, make_site
 
 from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError
@@ -123,36 +120,6 @@ def test_one_or_many_workers_give_the_same_bytes(tmp_path, build):
     files = sorted(p.relative_to(trees[0]) for p in trees[0].rglob("*") if p.is_file() and "sitemap" not in p.name)
     assert files and all((trees[0] / f).read_bytes() == (trees[1] / f).read_bytes() for f in files)
     assert "with 3 workers" in result.stderr
-
-
-def test_concurrent_builds_of_one_checkout_run_each_page_once(tmp_path):
-    """Build A runs the page, which holds until told; build B starts meanwhile and must wait for
-    A's result instead of running the page again (or failing)."""
-    log, go = tmp_path / "runs.log", tmp_path / "go"
-    page = (f"```python exec\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write('ran\\n')\n"
-            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n```\n")
-    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "slow.md": page})
-
-    def start(name: str) -> tuple[subprocess.Popen, Path]:
-        err = tmp_path / f"{name}.err"
-        args = [*MKDOCS_BUILD, "-d", str(tmp_path / name)]
-        return subprocess.Popen(args, cwd=site, env=environment(), stdout=subprocess.DEVNULL, stderr=err.open("w")), err
-
-    def until(condition) -> None:
-        for _ in range(3000):  # a generous bound on a busy machine; the condition is what we wait for
-            if condition():
-                return
-            time.sleep(0.05)
-        raise AssertionError("gave up waiting")
-
-    a, a_err = start("a")  # processes: two builds at once
-    until(lambda: log.exists())
-    b, b_err = start("b")
-    until(lambda: "waiting for another build" in b_err.read_text())
-    go.write_text("")
-    assert [a.wait(timeout=300), b.wait(timeout=300)] == [0, 0], (a_err.read_text(), b_err.read_text())
-    assert log.read_text().count("ran") == 1
-    assert "docs/slow.md: from cache" in b_err.read_text()
 
 
 def test_a_page_that_used_a_process_pool_exits_cleanly(tmp_path):

@@ -1,16 +1,12 @@
 """A reader gets the previous site or the whole new one: whatever fails or stops a build after
 its pages ran (a strict warning, a page edited meanwhile, a kill), site/ stays byte for byte as
-it was; builds side by side both publish; only pages and the files they link are published."""
+it was; builds side by side both publish; only pages and the files they link are published (mkdocs serve's own folder: test_engine_doors)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import socket
 import stat
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -99,33 +95,6 @@ def test_the_old_sites_dot_files_stay_as_mkdocs_cleaning_keeps_them(tmp_path, bu
     assert (site / "site/.keep").read_text() == "mine" and not (site / "site/stale.html").exists()
 
 
-def test_serve_keeps_the_previous_site_when_a_rebuild_fails_its_strict_check(tmp_path):
-    """mkdocs serve builds into a temporary folder (under TMPDIR) and serves it; a failed
-    rebuild must leave it as the last good build made it."""
-    site = make_site(tmp_path / "s", {"index.md": "# Home\n", "good.md": GOOD})
-    # Not under tmp_path: the forkserver's socket lives under TMPDIR, and a socket's path has at
-    # most 107 bytes (pytest-xdist's tmp_path took it past that).
-    temp, log = Path(tempfile.mkdtemp(prefix="serve-")), tmp_path / "serve.log"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with log.open("w") as err:  # a process: serve runs until it is stopped, rebuilding meanwhile
-        server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site,
-                                  env=environment(TMPDIR=str(temp)), stdout=subprocess.DEVNULL, stderr=err)
-    try:
-        until(lambda: "Serving on" in log.read_text(), "the first build")
-        (served,) = temp.glob("mkdocs_*")
-        before = tree(served)
-        assert "hello from the good page" in before["good/index.html"].decode()
-        (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from") + STRICT_FAILURES["a broken link"])
-        until(lambda: "An error happened during the rebuild" in log.read_text(), "the failed rebuild")
-        assert tree(served) == before
-    finally:
-        server.terminate()
-        server.wait()
-        shutil.rmtree(temp)
-
-
 def test_helper_modules_and_data_files_are_published_only_when_a_page_links_them(tmp_path, build):
     page = GOOD + "\nDownload [the data](data/linked.csv).\n\n![A dot.](dot.png)\n"
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": page, "helper.py": "x = 1\n",
@@ -137,9 +106,10 @@ def test_helper_modules_and_data_files_are_published_only_when_a_page_links_them
     assert not {"helper.py", "data/private.csv"} & published
 
 
-def test_two_builds_of_one_checkout_at_once_both_publish_and_say_what_each_did(tmp_path, lessonlib_cli):
-    """Build A runs the page, which holds until told; build B waits for A's result. Both write
-    the same site/."""
+def test_two_builds_of_one_checkout_at_once_run_each_page_once_and_both_publish(tmp_path, lessonlib_cli):
+    """Build A runs the page, which holds until told; build B starts meanwhile and waits for A's
+    result instead of running the page again (or failing). Both write the same site/, and the
+    result they share is in the cache for the next run."""
     log, go = tmp_path / "runs.log", tmp_path / "go"
     page = (f"```python exec\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write('ran\\n')\n"
             f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('slow page done')\n```\n")
@@ -155,13 +125,15 @@ def test_two_builds_of_one_checkout_at_once_both_publish_and_say_what_each_did(t
     a, a_err = start("a")  # processes: two builds at once
     until(log.exists, "build A to run the page")
     b, b_err = start("b")
-    until(lambda: "waiting for another build" in b_err.read_text(), "build B to wait for it")
+    until(lambda: "waiting for another build" in b_err.read_text(), "build B to wait for it")  # they overlap
     go.write_text("")
     assert [a.wait(timeout=300), b.wait(timeout=300)] == [0, 0], (a_err.read_text(), b_err.read_text())
+    assert log.read_text() == "ran\n"
     assert "2 pages: 1 ran, 1 from cache, in" in a_err.read_text()
     assert "2 pages: 0 ran, 2 from cache, in" in b_err.read_text()
     assert "slow page done" in (site / "site/slow/index.html").read_text()
     assert not list(site.glob(".site.building-*"))
+    assert "docs/slow.md: from cache" in lessonlib_cli(site, "run", "docs/slow.md").stderr
 
 
 def test_the_published_site_folder_has_the_usual_permissions(tmp_path):

@@ -4,6 +4,7 @@ control, a live region, and every text escaped."""
 import base64
 from html.parser import HTMLParser
 
+import fresh_process
 import matplotlib
 
 matplotlib.use("Agg")
@@ -64,7 +65,8 @@ def frames(n: int = 3, table: bool = False) -> list[Frame]:
 
 
 def test_frame_svg_is_deterministic_and_closes_the_figure():
-    assert svg_of_line(1.0) == svg_of_line(1.0)
+    script = "import test_exploration as t\nt.svg.reset()\nprint(t.svg_of_line(1.0), end='')"
+    assert svg_of_line(1.0) == fresh_process.output_of(script)
     assert plt.get_fignums() == []  # nothing left for the engine to publish as the block's figure
 
 

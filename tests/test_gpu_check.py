@@ -3,7 +3,6 @@ that needs no GPU to be checked: reading `python -m lessonlib run` output and co
 from __future__ import annotations
 
 import importlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -61,13 +60,11 @@ def test_compare_finds_each_changed_number_and_leaves_timing_blocks_out():
     assert b.changed_shape == ["docs/b.md:8"] and not b.differing
 
 
-def test_compare_reads_the_real_cli_output(tmp_path):
+def test_compare_reads_the_real_cli_output(tmp_path, lessonlib_cli):
     # one page run by the engine's command line: compared with itself, nothing differs; with one
     # printed number changed outside a timing block, exactly that one is found
     page = "docs/writing-lessons.md"
-    env = {**os.environ, "LESSONLIB_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-m", "lessonlib", "run", page], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300)
+    result = lessonlib_cli(ROOT, "run", page, LESSONLIB_CACHE_DIR=str(tmp_path / "cache"))  # a cold run: its seconds
     assert result.returncode == 0, result.stderr
     timing = page_runs.timing_blocks([page])
     assert timing[page], "the page has a timing block to leave out"
@@ -94,15 +91,14 @@ def test_compare_reads_the_real_cli_output(tmp_path):
     assert gpu_check.report(steps, tmp_path, "a test")[1] is False
 
 
-def test_failures_name_every_failed_assert_of_a_keep_going_run(tmp_path):
+def test_failures_name_every_failed_assert_of_a_keep_going_run(tmp_path, lessonlib_cli):
     """Two pages: one with two failed asserts and then an error, one that passes and still prints."""
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "bad.md").write_text("```python exec\nassert 1 == 2, 'one'\nx = 1\nassert x == 2\n"
                                               "```\n\n```python exec\nraise ValueError('stop')\n```\n")
     (tmp_path / "docs" / "good.md").write_text("```python exec\nprint('value 42')\n```\n")
-    env = {**os.environ, "LESSONLIB_CACHE_DIR": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-m", "lessonlib", "run", "--keep-going", "docs/bad.md", "docs/good.md"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    result = lessonlib_cli(tmp_path, "run", "--keep-going", "docs/bad.md", "docs/good.md",
+                           LESSONLIB_CACHE_DIR=str(tmp_path / "cache"))
     assert result.returncode == 1
     assert page_runs.failures(result.stderr) == {
         "docs/bad.md": ["2: one", "4: assertion failed: assert x == 2", "8: ValueError: stop"]}

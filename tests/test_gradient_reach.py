@@ -20,10 +20,24 @@ def test_shape_and_positivity(reach):
         assert torch.isfinite(r).all() and (r > 0).all()
 
 
+# gradient_reach(name, 20, (3,)) at distances 0, 5, 10 and 19, as measured once on a CPU; seed 4's
+# differ from these by at least 0.25%, and mostly by 10% or more
+STORED = {
+    "rnn": [2.02303, 0.0526537, 0.00080962, 8.14407e-07],
+    "lstm": [0.525951, 0.0233363, 0.00207725, 2.08435e-05],
+    "lstm_open": [0.489068, 0.254146, 0.254845, 0.312862],
+    "attention": [0.40452, 0.224059, 0.124839, 0.113748],
+}
+
+
 def test_deterministic(device):
-    for name in MODELS:
+    assert set(STORED) == set(MODELS)
+    for name, stored in STORED.items():
         first, second = gradient_reach(name, 20, (3,), device), gradient_reach(name, 20, (3,), device)
-        assert torch.equal(first, second)
+        assert torch.equal(first, second)  # no kernel that sums in a varying order
+        # the seed alone fixes the reach: in any process (no hash seed, address or earlier call
+        # in it), and on any device
+        torch.testing.assert_close(first[[0, 5, 10, 19]], torch.tensor(stored), rtol=1e-3, atol=0)
 
 
 def test_rnn_decays_geometrically(reach):

@@ -136,13 +136,6 @@ def test_a_seed_trains_the_same_alone_or_with_others():
         assert together == [train(name, 12, s, short) for s in (0, 1, 2)]
 
 
-def test_training_is_deterministic():
-    short = dataclasses.replace(PROTOCOL, steps=40)
-    first, second = train("lstm", 20, 3, short), train("lstm", 20, 3, short)
-    assert first == second  # same seed: the same run to the last bit of accuracy
-    assert first.steps == 40
-
-
 def test_together_and_alone_agree_on_any_device(device):
     # on a GPU, kernels differ with the number of models: close, not bit-identical
     short = dataclasses.replace(PROTOCOL, steps=30)
@@ -174,7 +167,10 @@ def test_sweep_matches_train_and_does_not_depend_on_workers(device):
     results = run(1)
     assert list(results) == [("rnn", 10, 0), ("rnn", 10, 1), ("lstm_open", 10, 0), ("lstm_open", 10, 1)]
     assert results["lstm_open", 10, 1] == train("lstm_open", 10, 1, short, device)
-    if device.type == "cpu":  # worker processes, one thread each: the same numbers
+    if device.type == "cpu":
+        # worker processes, one thread each, with none of this process's state or addresses (nor its
+        # hash seed, unless PYTHONHASHSEED fixes one): the same numbers to the last bit, so the seed
+        # alone fixes a run
         assert run(2) == results
     table = format_table(results)
     assert len(table.splitlines()) == 3 and "lstm_open" in table
