@@ -106,34 +106,39 @@ def test_helper_modules_and_data_files_are_published_only_when_a_page_links_them
     assert not {"helper.py", "data/private.csv"} & published
 
 
-def test_two_builds_of_one_checkout_at_once_run_each_page_once_and_both_publish(tmp_path, lessonlib_cli):
-    """Build A runs the page, which holds until told; build B starts meanwhile and waits for A's
-    result instead of running the page again (or failing). Both write the same site/, and the
-    result they share is in the cache for the next run."""
-    log, go = tmp_path / "runs.log", tmp_path / "go"
+def test_builds_at_once_in_one_checkout_and_in_a_clone_run_each_page_once_and_all_publish(tmp_path, lessonlib_cli):
+    """Build A runs the page, which holds until told; build B (same checkout) and build C (a clone
+    of it elsewhere) start meanwhile, all three on one cache folder, as every clone shares the
+    user's. B and C wait for A's result instead of running the page again (or failing). All
+    publish, and the result they share is in the cache for the next run."""
+    log, go, cache = tmp_path / "runs.log", tmp_path / "go", tmp_path / "shared-cache"
     page = (f"```python exec\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write('ran\\n')\n"
             f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('slow page done')\n```\n")
-    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "slow.md": page, "good.md": GOOD})
+    pages = {"index.md": "# Home\n", "slow.md": page, "good.md": GOOD}
+    site, clone = make_site(tmp_path / "site", pages), make_site(tmp_path / "clone", pages)
+    shared = {"LESSONLIB_CACHE_DIR": str(cache)}
 
-    def start(name: str) -> tuple[subprocess.Popen, Path]:
+    def start(name: str, folder: Path) -> tuple[subprocess.Popen, Path]:
         err = tmp_path / f"{name}.err"
         with err.open("w") as handle:
-            return subprocess.Popen(MKDOCS_BUILD, cwd=site, env=environment(), stdout=subprocess.DEVNULL,
+            return subprocess.Popen(MKDOCS_BUILD, cwd=folder, env=environment(**shared), stdout=subprocess.DEVNULL,
                                     stderr=handle), err
 
-    assert lessonlib_cli(site, "run", "docs/good.md").returncode == 0  # cached
-    a, a_err = start("a")  # processes: two builds at once
+    assert lessonlib_cli(site, "run", "docs/good.md", **shared).returncode == 0  # cached
+    a, a_err = start("a", site)  # processes: three builds at once
     until(log.exists, "build A to run the page")
-    b, b_err = start("b")
-    until(lambda: "waiting for another build" in b_err.read_text(), "build B to wait for it")  # they overlap
+    (b, b_err), (c, c_err) = start("b", site), start("c", clone)
+    for err in (b_err, c_err):  # they overlap
+        until(lambda err=err: "waiting for another build" in err.read_text(), f"{err.stem} to wait for A")
     go.write_text("")
-    assert [a.wait(timeout=300), b.wait(timeout=300)] == [0, 0], (a_err.read_text(), b_err.read_text())
+    assert [p.wait(timeout=300) for p in (a, b, c)] == [0, 0, 0], [e.read_text() for e in (a_err, b_err, c_err)]
     assert log.read_text() == "ran\n"
     assert "2 pages: 1 ran, 1 from cache, in" in a_err.read_text()
-    assert "2 pages: 0 ran, 2 from cache, in" in b_err.read_text()
-    assert "slow page done" in (site / "site/slow/index.html").read_text()
-    assert not list(site.glob(".site.building-*"))
-    assert "docs/slow.md: from cache" in lessonlib_cli(site, "run", "docs/slow.md").stderr
+    assert all("2 pages: 0 ran, 2 from cache, in" in e.read_text() for e in (b_err, c_err))
+    for folder in (site, clone):
+        assert "slow page done" in (folder / "site/slow/index.html").read_text()
+        assert not list(folder.glob(".site.building-*"))
+    assert "docs/slow.md: from cache" in lessonlib_cli(clone, "run", "docs/slow.md", **shared).stderr
 
 
 def test_the_published_site_folder_has_the_usual_permissions(tmp_path):
