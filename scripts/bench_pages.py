@@ -1,0 +1,202 @@
+"""What the lessons' experiments cost, at two git revisions side by side, each run cold.
+
+    .venv/bin/python scripts/bench_pages.py [--base REV] [--head REV] [--pages docs/X.md ...]
+                                            [--workers-1] [--keep DIR] [--python PATH]
+
+Each revision is checked out (`git worktree add --detach`) into a scratch folder, and its
+pages run with `python -m lessonlib run --keep-going PAGES` from an empty cache of their own,
+as a cold build runs them (all pages in one run, so a memoized call that two pages share is
+computed once, where the build computes it). The revisions run one after the other, base first,
+never at the same time. --head . runs this working tree as it is, uncommitted edits included.
+
+Printed: per page, the seconds its run printed (`docs/X.md: ran N blocks in S s`) at each
+revision; then every memoized call's `NAME: computed in S s`, the calls numbered by name in the
+order they ran (with --workers-1 in page order, each under its page); then each function's
+total, and the totals. Also, per page, how many printed numbers differ between the revisions
+(scripts/page_runs.py compares the sections by page and line, so a page whose lines moved
+shows as changed shape rather than as changed numbers; timing blocks are never compared).
+
+--workers-1 sets LESSONLIB_WORKERS=1 (one page at a time, each experiment in one process), the
+way to measure on a machine shared with other work. --keep DIR keeps each revision's output
+(base.out, base.err, head.out, head.err) for scripts/page_runs.py. Standard library only.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from page_runs import ROOT, compare, seconds_per_page, timing_blocks  # noqa: E402
+
+LESSONS = ("docs/lessons/sequences-to-attention.md", "docs/lessons/sequence-models.md",
+           "docs/lessons/transformer.md", "docs/lessons/language-model.md")
+COMPUTED = re.compile(r"(\S+): computed in ([\d.]+) s")
+RAN = re.compile(r"(docs/\S+\.md): ran \d+ blocks in [\d.]+ s")
+SWITCHES = ("LESSONLIB_REFRESH", "LESSONLIB_EXECUTE", "LESSONLIB_WORKERS", "LESSONLIB_DEVICE", "LESSONLIB_CACHE_DIR")
+
+
+@dataclass
+class Result:
+    label: str
+    revision: str
+    commit: str = ""
+    seconds: float = 0.0  # wall time of the whole run
+    exit_code: int | None = None
+    stdout: str = ""
+    stderr: str = ""
+    pages: dict[str, float] = field(default_factory=dict)
+    calls: list[tuple[str, str, float]] = field(default_factory=list)  # (page or "", "NAME #k", seconds)
+
+
+def git(*args: str, cwd: Path = ROOT) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def calls_of(stderr: str) -> list[tuple[str, str, float]]:
+    """Every `NAME: computed in S s`, numbered by name, with the page whose `ran` line follows it
+    (right with one page at a time; with pages side by side only the order of the lines)."""
+    found, pending, seen = [], [], {}
+    for line in stderr.replace("\r", "\n").splitlines():
+        for name, seconds in COMPUTED.findall(line):
+            short = name.removeprefix("lessonlib.experiments.")
+            seen[short] = seen.get(short, 0) + 1
+            pending.append((f"{short} #{seen[short]}", float(seconds)))
+        ran = RAN.search(line)
+        if ran:
+            found += [(ran.group(1), name, s) for name, s in pending]
+            pending = []
+    return found + [("", name, s) for name, s in pending]
+
+
+def run(result: Result, folder: Path, pages: list[str], python: str, workers_1: bool, scratch: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
+    env.update(LESSONLIB_CACHE_DIR=str(scratch / f"cache-{result.label}"), NO_MKDOCS_2_WARNING="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")])))
+    if workers_1:
+        env["LESSONLIB_WORKERS"] = "1"
+    print(f"bench_pages: {result.label} ({result.revision}, {result.commit[:9] or 'working tree'}): "
+          f"{len(pages)} pages, cold", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    out, err = scratch / f"{result.label}.out", scratch / f"{result.label}.err"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        result.exit_code = subprocess.run([python, "-m", "lessonlib", "run", "--keep-going", *pages], cwd=folder,
+                                          env=env, stdout=stdout, stderr=stderr).returncode
+    result.seconds = time.monotonic() - started
+    result.stdout, result.stderr = out.read_text(), err.read_text()
+    result.pages = seconds_per_page(result.stderr)
+    result.calls = calls_of(result.stderr)
+    print(f"bench_pages: {result.label} took {result.seconds:.0f} s (exit {result.exit_code})",
+          file=sys.stderr, flush=True)
+
+
+def table(base: Result, head: Result, pages: list[str]) -> str:
+    def cell(value: float | None) -> str:
+        return "-" if value is None else f"{value:.1f}"
+
+    def ratio(a: float | None, b: float | None) -> str:
+        return f"{b / a:.2f}" if a and b is not None else "-"
+
+    out = [f"| page | {base.label} {base.commit[:9] or base.revision} (s) | "
+           f"{head.label} {head.commit[:9] or head.revision} (s) | ratio |", "| --- | ---: | ---: | ---: |"]
+    for page in pages:
+        a, b = base.pages.get(page), head.pages.get(page)
+        out.append(f"| {page} | {cell(a)} | {cell(b)} | {ratio(a, b)} |")
+    total_a, total_b = sum(base.pages.values()), sum(head.pages.values())
+    out.append(f"| **page time** | **{total_a:.1f}** | **{total_b:.1f}** | {ratio(total_a, total_b)} |")
+    out.append(f"| wall time of the run | {base.seconds:.1f} | {head.seconds:.1f} | {ratio(base.seconds, head.seconds)} |")
+
+    out += ["", "| page | memoized call | base (s) | head (s) |", "| --- | --- | ---: | ---: |"]
+    rows: dict[str, list] = {}  # "NAME #k" -> [page, base, head], in the order they ran
+    for label, result in (("base", base), ("head", head)):
+        for page, name, seconds in result.calls:
+            row = rows.setdefault(name, [page, None, None])
+            row[0] = row[0] or page
+            row[1 if label == "base" else 2] = seconds
+    by_page = {page: n for n, page in enumerate(pages)}
+    for name, (page, a, b) in sorted(rows.items(), key=lambda kv: by_page.get(kv[1][0], len(pages))):
+        out.append(f"| {Path(page).name if page else '?'} | {name} | {cell(a)} | {cell(b)} |")
+    totals: dict[str, list[float]] = {}
+    for name, (_, a, b) in rows.items():
+        total = totals.setdefault(name.split(" #")[0], [0.0, 0.0])
+        total[0] += a or 0.0
+        total[1] += b or 0.0
+    out += ["", "| function (all its calls) | base (s) | head (s) | saved (s) |", "| --- | ---: | ---: | ---: |"]
+    for name, (a, b) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
+        out.append(f"| {name} | {a:.1f} | {b:.1f} | {a - b:.1f} |")
+    a, b = sum(t[0] for t in totals.values()), sum(t[1] for t in totals.values())
+    out.append(f"| **all memoized calls** | **{a:.1f}** | **{b:.1f}** | {a - b:.1f} |")
+    return "\n".join(out)
+
+
+def numbers_report(base: Result, head: Result, pages: list[str], head_folder: Path) -> str:
+    timing = {page: lines for page, lines in timing_blocks_at(head_folder, pages).items()}
+    out = ["", "| page | printed numbers compared | differing | largest relative difference | sections changed shape |",
+           "| --- | ---: | ---: | ---: | ---: |"]
+    for page, d in compare(base.stdout, head.stdout, timing).items():
+        out.append(f"| {page} | {d.compared} | {len(d.differing)} | {d.largest:.3g} | {len(d.changed_shape)} |")
+    return "\n".join(out)
+
+
+def timing_blocks_at(folder: Path, pages: list[str]) -> dict[str, set[int]]:
+    if folder == ROOT:
+        return timing_blocks(pages)
+    found = {}
+    for page in pages:
+        lines = (folder / page).read_text(encoding="utf-8").splitlines()
+        found[page] = {n for n, line in enumerate(lines, 1) if re.match(r"\s*```python exec\b.*\btiming\b", line)}
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", default="7da5088", help="the revision to compare against (default 7da5088)")
+    parser.add_argument("--head", default="HEAD", help="the revision measured (default HEAD; '.': this working tree)")
+    parser.add_argument("--pages", nargs="+", default=list(LESSONS), metavar="PAGE")
+    parser.add_argument("--workers-1", action="store_true", help="LESSONLIB_WORKERS=1: one process at a time")
+    parser.add_argument("--keep", type=Path, help="keep each revision's stdout and stderr in this folder")
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args(argv)
+
+    scratch = Path(tempfile.mkdtemp(prefix="bench-pages-"))
+    results, added = [], []
+    try:
+        for label, revision in (("base", args.base), ("head", args.head)):
+            if revision == ".":
+                folder, commit = ROOT, ""
+            else:
+                commit = git("rev-parse", "--verify", f"{revision}^{{commit}}")
+                folder = scratch / label
+                git("worktree", "add", "--detach", str(folder), commit)
+                added.append(folder)
+            result = Result(label, revision, commit)
+            run(result, folder, args.pages, args.python, args.workers_1, scratch)
+            results.append((result, folder))
+        (base, _), (head, head_folder) = results
+        print(table(base, head, args.pages))
+        print(numbers_report(base, head, args.pages, head_folder))
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for result, _ in results:
+                (args.keep / f"{result.label}.out").write_text(result.stdout)
+                (args.keep / f"{result.label}.err").write_text(result.stderr)
+        failed = [r.label for r, _ in results if r.exit_code]
+        if failed:
+            print(f"bench_pages: exit status not 0 at {', '.join(failed)} (a failed assert or an error; see --keep)",
+                  file=sys.stderr)
+        return 1 if failed else 0
+    finally:
+        for folder in added:
+            subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT, capture_output=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
