@@ -13,8 +13,9 @@ Printed: per page, the seconds its run printed (`docs/X.md: ran N blocks in S s`
 revision; then every memoized call's `NAME: computed in S s`, the calls numbered by name in the
 order they ran (with --workers-1 in page order, each under its page); then each function's
 total, and the totals. Also, per page, how many printed numbers differ between the revisions
-(scripts/page_runs.py compares the sections by page and line, so a page whose lines moved
-shows as changed shape rather than as changed numbers; timing blocks are never compared).
+(scripts/page_runs.py compares the sections by page and line; a head page's lines are first
+mapped to the base page's lines that are the same, so moved blocks still pair up; timing blocks
+are never compared).
 
 --workers-1 sets LESSONLIB_WORKERS=1 (one page at a time, each experiment in one process), the
 way to measure on a machine shared with other work. --keep DIR keeps each revision's output
@@ -23,8 +24,10 @@ way to measure on a machine shared with other work. --keep DIR keeps each revisi
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from page_runs import ROOT, compare, seconds_per_page, timing_blocks  # noqa: E402
+from page_runs import ROOT, compare, seconds_per_page  # noqa: E402
 
 LESSONS = ("docs/lessons/sequences-to-attention.md", "docs/lessons/sequence-models.md",
            "docs/lessons/transformer.md", "docs/lessons/language-model.md")
@@ -49,6 +52,7 @@ class Result:
     revision: str
     commit: str = ""
     seconds: float = 0.0  # wall time of the whole run
+    cpu: float = 0.0  # CPU seconds (user + system) of the run's processes, as far as they were reaped
     exit_code: int | None = None
     stdout: str = ""
     stderr: str = ""
@@ -66,7 +70,7 @@ def calls_of(stderr: str) -> list[tuple[str, str, float]]:
     found, pending, seen = [], [], {}
     for line in stderr.replace("\r", "\n").splitlines():
         for name, seconds in COMPUTED.findall(line):
-            short = name.removeprefix("lessonlib.experiments.")
+            short = name.removeprefix("lessonlib.experiments.").removeprefix("lessonlib.models.")
             seen[short] = seen.get(short, 0) + 1
             pending.append((f"{short} #{seen[short]}", float(seconds)))
         ran = RAN.search(line)
@@ -84,12 +88,14 @@ def run(result: Result, folder: Path, pages: list[str], python: str, workers_1: 
         env["LESSONLIB_WORKERS"] = "1"
     print(f"bench_pages: {result.label} ({result.revision}, {result.commit[:9] or 'working tree'}): "
           f"{len(pages)} pages, cold", file=sys.stderr, flush=True)
-    started = time.monotonic()
+    started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     out, err = scratch / f"{result.label}.out", scratch / f"{result.label}.err"
     with out.open("w") as stdout, err.open("w") as stderr:
         result.exit_code = subprocess.run([python, "-m", "lessonlib", "run", "--keep-going", *pages], cwd=folder,
                                           env=env, stdout=stdout, stderr=stderr).returncode
     result.seconds = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     result.stdout, result.stderr = out.read_text(), err.read_text()
     result.pages = seconds_per_page(result.stderr)
     result.calls = calls_of(result.stderr)
@@ -111,7 +117,10 @@ def table(base: Result, head: Result, pages: list[str]) -> str:
         out.append(f"| {page} | {cell(a)} | {cell(b)} | {ratio(a, b)} |")
     total_a, total_b = sum(base.pages.values()), sum(head.pages.values())
     out.append(f"| **page time** | **{total_a:.1f}** | **{total_b:.1f}** | {ratio(total_a, total_b)} |")
-    out.append(f"| wall time of the run | {base.seconds:.1f} | {head.seconds:.1f} | {ratio(base.seconds, head.seconds)} |")
+    out.append(f"| wall time of the run | {base.seconds:.1f} | {head.seconds:.1f} | "
+               f"{ratio(base.seconds, head.seconds)} |")
+    out.append(f"| CPU time of the run (less affected by other load) | {base.cpu:.1f} | {head.cpu:.1f} | "
+               f"{ratio(base.cpu, head.cpu)} |")
 
     out += ["", "| page | memoized call | base (s) | head (s) |", "| --- | --- | ---: | ---: |"]
     rows: dict[str, list] = {}  # "NAME #k" -> [page, base, head], in the order they ran
@@ -136,18 +145,40 @@ def table(base: Result, head: Result, pages: list[str]) -> str:
     return "\n".join(out)
 
 
-def numbers_report(base: Result, head: Result, pages: list[str], head_folder: Path) -> str:
-    timing = {page: lines for page, lines in timing_blocks_at(head_folder, pages).items()}
+def line_map(old_text: str, new_text: str) -> dict[int, int]:
+    """1-based line numbers of new_text -> those of the same lines in old_text (unchanged lines only)."""
+    matcher = difflib.SequenceMatcher(None, old_text.splitlines(), new_text.splitlines(), autojunk=False)
+    found = {}
+    for block in matcher.get_matching_blocks():
+        for k in range(block.size):
+            found[block.b + k + 1] = block.a + k + 1
+    return found
+
+
+def renumbered(output: str, pages: list[str], base_folder: Path, head_folder: Path) -> str:
+    """head's output with each section header's page line moved to the base page's line for it, so
+    that page_runs.compare pairs the sections of a page whose lines moved (an edited block keeps
+    its number where its fence line is unchanged)."""
+    maps = {page: line_map((base_folder / page).read_text(encoding="utf-8"),
+                           (head_folder / page).read_text(encoding="utf-8")) for page in pages}
+
+    def move(match: re.Match) -> str:
+        page, line = match.group(1), int(match.group(2))
+        return f"--- {page}:{maps.get(page, {}).get(line, line + 100_000)}"  # a new line pairs with nothing
+
+    return re.sub(r"^--- (\S+?\.md):(\d+)", move, output, flags=re.M)
+
+
+def numbers_report(base: Result, head: Result, pages: list[str], base_folder: Path, head_folder: Path) -> str:
+    timing = timing_blocks_at(base_folder, pages)
     out = ["", "| page | printed numbers compared | differing | largest relative difference | sections changed shape |",
            "| --- | ---: | ---: | ---: | ---: |"]
-    for page, d in compare(base.stdout, head.stdout, timing).items():
+    for page, d in compare(base.stdout, renumbered(head.stdout, pages, base_folder, head_folder), timing).items():
         out.append(f"| {page} | {d.compared} | {len(d.differing)} | {d.largest:.3g} | {len(d.changed_shape)} |")
     return "\n".join(out)
 
 
 def timing_blocks_at(folder: Path, pages: list[str]) -> dict[str, set[int]]:
-    if folder == ROOT:
-        return timing_blocks(pages)
     found = {}
     for page in pages:
         lines = (folder / page).read_text(encoding="utf-8").splitlines()
@@ -179,9 +210,9 @@ def main(argv: list[str] | None = None) -> int:
             result = Result(label, revision, commit)
             run(result, folder, args.pages, args.python, args.workers_1, scratch)
             results.append((result, folder))
-        (base, _), (head, head_folder) = results
+        (base, base_folder), (head, head_folder) = results
         print(table(base, head, args.pages))
-        print(numbers_report(base, head, args.pages, head_folder))
+        print(numbers_report(base, head, args.pages, base_folder, head_folder))
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             for result, _ in results:
