@@ -4,10 +4,13 @@
                                             [--workers-1] [--keep DIR] [--python PATH]
 
 Each revision is checked out (`git worktree add --detach`) into a scratch folder, and its
-pages run with `python -m lessonlib run --keep-going PAGES` from an empty cache of their own,
-as a cold build runs them (all pages in one run, so a memoized call that two pages share is
-computed once, where the build computes it). The revisions run one after the other, base first,
-never at the same time. --head . runs this working tree as it is, uncommitted edits included.
+pages run with `python -m lessonlib run --keep-going PAGE`, one page at a time, in the order
+given, on a cache of the revision's own that starts empty: as a cold build runs them, a memoized
+call that two pages share is computed by the first and found by the second. The runs alternate,
+page by page, base then head, so that both revisions see about the same load from whatever else
+the machine does; they never run at the same time. --head . runs this working tree as it is,
+uncommitted edits included. The default order (lesson 1, 3, 2, 4) is the one a cold build with
+one worker took.
 
 Printed: per page, the seconds its run printed (`docs/X.md: ran N blocks in S s`) at each
 revision; then every memoized call's `NAME: computed in S s`, the calls numbered by name in the
@@ -39,8 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page_runs import ROOT, compare, seconds_per_page  # noqa: E402
 
-LESSONS = ("docs/lessons/sequences-to-attention.md", "docs/lessons/sequence-models.md",
-           "docs/lessons/transformer.md", "docs/lessons/language-model.md")
+LESSONS = ("docs/lessons/sequences-to-attention.md", "docs/lessons/transformer.md",
+           "docs/lessons/sequence-models.md", "docs/lessons/language-model.md")
 COMPUTED = re.compile(r"(\S+): computed in ([\d.]+) s")
 RAN = re.compile(r"(docs/\S+\.md): ran \d+ blocks in [\d.]+ s")
 SWITCHES = ("LESSONLIB_REFRESH", "LESSONLIB_EXECUTE", "LESSONLIB_WORKERS", "LESSONLIB_DEVICE", "LESSONLIB_CACHE_DIR")
@@ -53,7 +56,7 @@ class Result:
     commit: str = ""
     seconds: float = 0.0  # wall time of the whole run
     cpu: float = 0.0  # CPU seconds (user + system) of the run's processes, as far as they were reaped
-    exit_code: int | None = None
+    exit_code: int = 0  # the first page's that was not 0
     stdout: str = ""
     stderr: str = ""
     pages: dict[str, float] = field(default_factory=dict)
@@ -80,27 +83,32 @@ def calls_of(stderr: str) -> list[tuple[str, str, float]]:
     return found + [("", name, s) for name, s in pending]
 
 
-def run(result: Result, folder: Path, pages: list[str], python: str, workers_1: bool, scratch: Path) -> None:
+def run(result: Result, folder: Path, page: str, python: str, workers_1: bool, scratch: Path) -> None:
+    """Run one page at this revision, on the revision's own cache (empty before its first page),
+    and add what it printed and took to `result`."""
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     env.update(LESSONLIB_CACHE_DIR=str(scratch / f"cache-{result.label}"), NO_MKDOCS_2_WARNING="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")])))
     if workers_1:
         env["LESSONLIB_WORKERS"] = "1"
-    print(f"bench_pages: {result.label} ({result.revision}, {result.commit[:9] or 'working tree'}): "
-          f"{len(pages)} pages, cold", file=sys.stderr, flush=True)
+    print(f"bench_pages: {result.label} ({result.revision}, {result.commit[:9] or 'working tree'}): {page}",
+          file=sys.stderr, flush=True)
     started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
     out, err = scratch / f"{result.label}.out", scratch / f"{result.label}.err"
     with out.open("w") as stdout, err.open("w") as stderr:
-        result.exit_code = subprocess.run([python, "-m", "lessonlib", "run", "--keep-going", *pages], cwd=folder,
-                                          env=env, stdout=stdout, stderr=stderr).returncode
-    result.seconds = time.monotonic() - started
+        code = subprocess.run([python, "-m", "lessonlib", "run", "--keep-going", page], cwd=folder,
+                              env=env, stdout=stdout, stderr=stderr).returncode
+    seconds = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result.cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    result.stdout, result.stderr = out.read_text(), err.read_text()
-    result.pages = seconds_per_page(result.stderr)
-    result.calls = calls_of(result.stderr)
-    print(f"bench_pages: {result.label} took {result.seconds:.0f} s (exit {result.exit_code})",
-          file=sys.stderr, flush=True)
+    result.seconds += seconds
+    result.cpu += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    result.exit_code = result.exit_code or code
+    printed, stderr_text = out.read_text(), err.read_text()
+    result.stdout += printed
+    result.stderr += stderr_text
+    result.pages.update(seconds_per_page(stderr_text))
+    result.calls += calls_of(stderr_text)
+    print(f"bench_pages: {result.label} took {seconds:.0f} s (exit {code})", file=sys.stderr, flush=True)
 
 
 def table(base: Result, head: Result, pages: list[str]) -> str:
@@ -207,9 +215,10 @@ def main(argv: list[str] | None = None) -> int:
                 folder = scratch / label
                 git("worktree", "add", "--detach", str(folder), commit)
                 added.append(folder)
-            result = Result(label, revision, commit)
-            run(result, folder, args.pages, args.python, args.workers_1, scratch)
-            results.append((result, folder))
+            results.append((Result(label, revision, commit), folder))
+        for page in args.pages:  # page by page, base then head: both see about the same machine load
+            for result, folder in results:
+                run(result, folder, page, args.python, args.workers_1, scratch)
         (base, base_folder), (head, head_folder) = results
         print(table(base, head, args.pages))
         print(numbers_report(base, head, args.pages, base_folder, head_folder))
