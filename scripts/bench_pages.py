@@ -30,7 +30,6 @@ import argparse
 import difflib
 import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
@@ -55,7 +54,6 @@ class Result:
     revision: str
     commit: str = ""
     seconds: float = 0.0  # wall time of the whole run
-    cpu: float = 0.0  # CPU seconds (user + system) of the run's processes, as far as they were reaped
     exit_code: int = 0  # the first page's that was not 0
     stdout: str = ""
     stderr: str = ""
@@ -93,15 +91,13 @@ def run(result: Result, folder: Path, page: str, python: str, workers_1: bool, s
         env["LESSONLIB_WORKERS"] = "1"
     print(f"bench_pages: {result.label} ({result.revision}, {result.commit[:9] or 'working tree'}): {page}",
           file=sys.stderr, flush=True)
-    started, before = time.monotonic(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     out, err = scratch / f"{result.label}.out", scratch / f"{result.label}.err"
     with out.open("w") as stdout, err.open("w") as stderr:
         code = subprocess.run([python, "-m", "lessonlib", "run", "--keep-going", page], cwd=folder,
                               env=env, stdout=stdout, stderr=stderr).returncode
     seconds = time.monotonic() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     result.seconds += seconds
-    result.cpu += (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     result.exit_code = result.exit_code or code
     printed, stderr_text = out.read_text(), err.read_text()
     result.stdout += printed
@@ -125,10 +121,8 @@ def table(base: Result, head: Result, pages: list[str]) -> str:
         out.append(f"| {page} | {cell(a)} | {cell(b)} | {ratio(a, b)} |")
     total_a, total_b = sum(base.pages.values()), sum(head.pages.values())
     out.append(f"| **page time** | **{total_a:.1f}** | **{total_b:.1f}** | {ratio(total_a, total_b)} |")
-    out.append(f"| wall time of the run | {base.seconds:.1f} | {head.seconds:.1f} | "
+    out.append(f"| wall time of the page runs, start-up included | {base.seconds:.1f} | {head.seconds:.1f} | "
                f"{ratio(base.seconds, head.seconds)} |")
-    out.append(f"| CPU time of the run (less affected by other load) | {base.cpu:.1f} | {head.cpu:.1f} | "
-               f"{ratio(base.cpu, head.cpu)} |")
 
     out += ["", "| page | memoized call | base (s) | head (s) |", "| --- | --- | ---: | ---: |"]
     rows: dict[str, list] = {}  # "NAME #k" -> [page, base, head], in the order they ran
