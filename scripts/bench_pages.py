@@ -103,7 +103,7 @@ def run(result: Result, folder: Path, page: str, python: str, workers_1: bool, s
     result.stdout += printed
     result.stderr += stderr_text
     result.pages.update(seconds_per_page(stderr_text))
-    result.calls += calls_of(stderr_text)
+    result.calls = calls_of(result.stderr)  # numbered over all the revision's pages so far
     print(f"bench_pages: {result.label} took {seconds:.0f} s (exit {code})", file=sys.stderr, flush=True)
 
 
@@ -121,8 +121,9 @@ def table(base: Result, head: Result, pages: list[str]) -> str:
         out.append(f"| {page} | {cell(a)} | {cell(b)} | {ratio(a, b)} |")
     total_a, total_b = sum(base.pages.values()), sum(head.pages.values())
     out.append(f"| **page time** | **{total_a:.1f}** | **{total_b:.1f}** | {ratio(total_a, total_b)} |")
-    out.append(f"| wall time of the page runs, start-up included | {base.seconds:.1f} | {head.seconds:.1f} | "
-               f"{ratio(base.seconds, head.seconds)} |")
+    if base.seconds or head.seconds:  # not known in --report-only
+        out.append(f"| wall time of the page runs, start-up included | {base.seconds:.1f} | {head.seconds:.1f} | "
+                   f"{ratio(base.seconds, head.seconds)} |")
 
     out += ["", "| page | memoized call | base (s) | head (s) |", "| --- | --- | ---: | ---: |"]
     rows: dict[str, list] = {}  # "NAME #k" -> [page, base, head], in the order they ran
@@ -157,12 +158,18 @@ def line_map(old_text: str, new_text: str) -> dict[int, int]:
     return found
 
 
-def renumbered(output: str, pages: list[str], base_folder: Path, head_folder: Path) -> str:
+def page_text(revision: str, page: str) -> str:
+    """The page at a revision ('.': this working tree)."""
+    if revision == ".":
+        return (ROOT / page).read_text(encoding="utf-8")
+    return git("show", f"{revision}:{page}") + "\n"
+
+
+def renumbered(output: str, pages: list[str], base_rev: str, head_rev: str) -> str:
     """head's output with each section header's page line moved to the base page's line for it, so
     that page_runs.compare pairs the sections of a page whose lines moved (an edited block keeps
     its number where its fence line is unchanged)."""
-    maps = {page: line_map((base_folder / page).read_text(encoding="utf-8"),
-                           (head_folder / page).read_text(encoding="utf-8")) for page in pages}
+    maps = {page: line_map(page_text(base_rev, page), page_text(head_rev, page)) for page in pages}
 
     def move(match: re.Match) -> str:
         page, line = match.group(1), int(match.group(2))
@@ -171,21 +178,19 @@ def renumbered(output: str, pages: list[str], base_folder: Path, head_folder: Pa
     return re.sub(r"^--- (\S+?\.md):(\d+)", move, output, flags=re.M)
 
 
-def numbers_report(base: Result, head: Result, pages: list[str], base_folder: Path, head_folder: Path) -> str:
-    timing = timing_blocks_at(base_folder, pages)
+def numbers_report(base: Result, head: Result, pages: list[str]) -> str:
+    base_rev, head_rev = base.commit or base.revision, head.commit or head.revision
+    timing = {page: timing_lines(page_text(base_rev, page)) for page in pages}
     out = ["", "| page | printed numbers compared | differing | largest relative difference | sections changed shape |",
            "| --- | ---: | ---: | ---: | ---: |"]
-    for page, d in compare(base.stdout, renumbered(head.stdout, pages, base_folder, head_folder), timing).items():
+    for page, d in compare(base.stdout, renumbered(head.stdout, pages, base_rev, head_rev), timing).items():
         out.append(f"| {page} | {d.compared} | {len(d.differing)} | {d.largest:.3g} | {len(d.changed_shape)} |")
     return "\n".join(out)
 
 
-def timing_blocks_at(folder: Path, pages: list[str]) -> dict[str, set[int]]:
-    found = {}
-    for page in pages:
-        lines = (folder / page).read_text(encoding="utf-8").splitlines()
-        found[page] = {n for n, line in enumerate(lines, 1) if re.match(r"\s*```python exec\b.*\btiming\b", line)}
-    return found
+def timing_lines(text: str) -> set[int]:
+    """The (1-based) fence lines of a page's blocks marked `timing` (measurements, never compared)."""
+    return {n for n, line in enumerate(text.splitlines(), 1) if re.match(r"\s*```python exec\b.*\btiming\b", line)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +201,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers-1", action="store_true", help="LESSONLIB_WORKERS=1: one process at a time")
     parser.add_argument("--keep", type=Path, help="keep each revision's stdout and stderr in this folder")
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--report-only", type=Path, metavar="DIR",
+                        help="run nothing: print the tables again from what --keep DIR kept (page times, calls, "
+                             "numbers; not the wall time)")
     args = parser.parse_args(argv)
+    if args.report_only:
+        results = []
+        for label, revision in (("base", args.base), ("head", args.head)):
+            commit = "" if revision == "." else git("rev-parse", "--verify", f"{revision}^{{commit}}")
+            result = Result(label, revision, commit)
+            result.stdout = (args.report_only / f"{label}.out").read_text()
+            result.stderr = (args.report_only / f"{label}.err").read_text()
+            result.pages, result.calls = seconds_per_page(result.stderr), calls_of(result.stderr)
+            results.append(result)
+        print(table(*results, args.pages))
+        print(numbers_report(*results, args.pages))
+        return 0
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-pages-"))
     results, added = [], []
@@ -213,9 +233,9 @@ def main(argv: list[str] | None = None) -> int:
         for page in args.pages:  # page by page, base then head: both see about the same machine load
             for result, folder in results:
                 run(result, folder, page, args.python, args.workers_1, scratch)
-        (base, base_folder), (head, head_folder) = results
+        (base, _), (head, _) = results
         print(table(base, head, args.pages))
-        print(numbers_report(base, head, args.pages, base_folder, head_folder))
+        print(numbers_report(base, head, args.pages))
         if args.keep:
             args.keep.mkdir(parents=True, exist_ok=True)
             for result, _ in results:
