@@ -132,6 +132,17 @@ def test_training_is_deterministic_per_seed():
     assert not all(torch.equal(pa, pc) for pa, pc in zip(a.state_dict().values(), c.state_dict().values()))
 
 
+def test_train_both_is_train_twice_in_any_number_of_processes():
+    args = dict(seed=3, steps=15, hidden=16, progress=False)
+    alone = [s2s.train(attention, **args) for attention in (False, True)]
+    for workers in (1, 2):
+        both = s2s.train_both(dict(attention=False), dict(attention=True), workers=workers, **args)
+        for a, b in zip(alone, both):
+            assert a.attention == b.attention
+            for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
+                assert torch.equal(pa, pb), (workers, name)
+
+
 def test_short_training_learns_short_reversal(device):
     # chance for an exact 4-digit answer is 1e-4; a few hundred steps on short strings get
     # most of them right, with and without attention (the bottleneck only bites when long)

@@ -52,13 +52,13 @@ Device = torch.device | str
 class LMProtocol:
     batch: int = 32  # rows of the training text read side by side
     chunk: int = 64  # characters per row per step: the truncation length, and the transformer's context
-    steps: int = 1200  # 1,200 x 2,048 characters: about 3.3 passes over the training text
+    steps: int = 800  # 800 x 2,048 characters: about 2.2 passes over the training text
     lr: float = 3e-3  # Adam's peak learning rate: reached after `warmup` steps, then a cosine down to lr / 10
     warmup: int = 50
     clip: float = 1.0  # max gradient norm
     eval_every: int = 50  # steps between looks at the validation loss, on the play's first eval_windows windows
     eval_windows: int = 256
-    eval_count: int = 12_000  # the held-out play is read in this many windows, at random places
+    eval_count: int = 6_000  # the held-out play is read in this many windows, at random places
     embedding: int = 32  # the recurrent models' character embedding
     sizes: dict = field(default_factory=lambda: {"rnn": 256, "lstm": 128, "gpt": 64})  # hidden / d_model
     heads: int = 4

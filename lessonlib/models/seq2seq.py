@@ -37,9 +37,10 @@ from collections.abc import Callable
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from joblib import Parallel, delayed
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from lessonlib.device import steady_cpu
+from lessonlib.device import cpus, steady_cpu
 from lessonlib.models.attention import dot_product_attention
 from lessonlib.progress import progress as progress_bar
 
@@ -281,6 +282,18 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
             opt.step()
             schedule.step()
     return model.eval()
+
+
+def train_both(first: dict, second: dict, *, workers: int | None = None, **shared) -> tuple[Seq2Seq, Seq2Seq]:
+    """``train(**first, **shared)`` and ``train(**second, **shared)``, e.g. the models without and
+    with attention on the same data. On a CPU the two run side by side in ``workers`` processes
+    (default: one per core, at most two), each single-threaded; the results do not depend on it."""
+    device = torch.device(shared.get("device", "cpu"))
+    if workers is None:
+        workers = 1 if device.type != "cpu" else min(2, cpus())
+    shared = {**shared, "device": str(device)}  # a plain string crosses to the worker processes
+    runs = Parallel(n_jobs=workers)(delayed(train)(**variant, **shared) for variant in (first, second))
+    return runs[0], runs[1]
 
 
 @torch.no_grad()
