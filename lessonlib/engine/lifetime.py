@@ -72,7 +72,10 @@ def end_processes(pid: int, include_root: bool, spare: frozenset[int] = frozense
 def _tree(pid: int, include_root: bool) -> list[psutil.Process]:
     found = running_descendants(pid)
     if include_root and is_running(pid):
-        found.insert(0, psutil.Process(pid))
+        try:
+            found.insert(0, psutil.Process(pid))
+        except psutil.NoSuchProcess:  # it ended between the two looks
+            pass
     return found
 
 
