@@ -101,9 +101,11 @@ def test_transformer_block_names_the_blocks_own_layers_in_order():
     at = {t.get_text(): t.get_position()[0] for t in ax.texts}
     for label in (*diagrams.BLOCK_PARTS, "GELU", "16 \u2192 48", "48 \u2192 16", "attention, 4 heads"):
         assert label in at, label
-    # LayerNorm before attention, LayerNorm before the MLP, the MLP's two maps around the GELU
-    order = ["norm1", "self_attn", "norm2", "linear1", "GELU", "linear2"]
-    assert sorted(order, key=at.get) == order
+    # drawn in BLOCK_PARTS' order (the lesson checks that forward calls them in it): LayerNorm before
+    # attention, LayerNorm before the MLP, the MLP's two maps around the GELU
+    assert sorted(diagrams.BLOCK_PARTS, key=at.get) == list(diagrams.BLOCK_PARTS)
+    assert diagrams.BLOCK_PARTS == ("norm1", "self_attn", "norm2", "linear1", "linear2")
+    assert at["linear1"] < at["GELU"] < at["linear2"]
     assert sum(t.get_text() == "LayerNorm" for t in ax.texts) == 2
     # the stream is only added to: two additions, one after attention, one after the MLP
     adds = sorted(p.center[0] for p in patches(fig, Circle))
