@@ -116,7 +116,7 @@ def _name_cell_mistake(out: Tensor, x: Tensor, h: Tensor, W_x: Tensor, W_h: Tens
         (torch.tanh(x @ W_x.T + b), "the old state is not used: the new state must read h through W_h, "
                                     "tanh(x W_xᵀ + h W_hᵀ + b), or the cell remembers nothing."),
         (torch.tanh(h @ W_h.T + b), "the input x is not used: add x @ W_x.T inside the tanh."),
-        (torch.tanh(pre) + b, "the bias is added after the tanh: it belongs inside, tanh(x W_xᵀ + h W_hᵀ + b)."),
+        (torch.tanh(pre - b) + b, "the bias is added after the tanh: it belongs inside, tanh(x W_xᵀ + h W_hᵀ + b)."),
         (torch.tanh(pre + b), "the bias is added twice."),
     ]
     for value, message in candidates:

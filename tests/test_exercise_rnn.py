@@ -1,0 +1,307 @@
+"""The exercise notebook docs/lessons/exercise-rnn.ipynb, executed as a reader would run it.
+
+With the published solutions pasted into the reader's cells, the notebook must run from top to
+bottom and the trained network must pass the outcome bound; with a listed mistake, the checker
+cell after it must stop and name it. The checkers' messages are tested directly as well.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import notebook_cells
+import pytest
+import torch
+from nbclient.exceptions import CellExecutionError
+from notebook_cells import tagged, text
+from torch import nn
+from torch.nn import functional as F
+
+from lessonlib.exercises import rnn as exercise
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-rnn.ipynb"
+PARTS = {"exercise-cell": "rnn_cell", "exercise-forward": "rnn_forward", "exercise-train": "train"}
+CHECKS = ("check-cell", "check-forward", "check-train", "check-learned")
+
+
+def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
+    return notebook_cells.solved(NOTEBOOK, PARTS, replace)
+
+
+def solution_functions() -> dict:
+    ns: dict = {"torch": torch, "nn": nn, "F": F}
+    nb = solved()
+    for tag in PARTS:
+        exec(tagged(nb, tag).source, ns)
+    return ns
+
+
+# ----------------------------------------------------------------------------- the notebook as published
+
+def test_notebook_is_published_clean():
+    nb = notebook_cells.load(NOTEBOOK)
+    notebook_cells.assert_published_clean(nb, list(PARTS))
+    for tag in CHECKS:
+        tagged(nb, tag)  # exactly one of each
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# Exercise: write the recurrent network yourself")
+    assert "**What you need:**" in first.source and "pip install -e ." in first.source
+
+
+def test_the_site_lists_it_after_the_first_lesson():
+    nav = (NOTEBOOK.parents[2] / "mkdocs.yml").read_text(encoding="utf-8")
+    assert ('- From sequences to attention: lessons/sequences-to-attention.md\n'
+            '      - "Exercise: write the recurrent network yourself": lessons/exercise-rnn.ipynb\n') in nav
+
+
+def test_solution_runs_and_learns_the_memory_task():
+    nb = solved()
+    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    notebook_cells.execute(nb, NOTEBOOK.parent, timeout=600)
+    assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
+    for tag in CHECKS:
+        assert text(tagged(nb, tag)).startswith("✓"), (tag, text(tagged(nb, tag)))
+    report = "".join(text(c) for c in nb.cells)
+    accuracy = float(re.search(r"held-out accuracy: ([\d.]+)%", report).group(1)) / 100
+    assert accuracy >= exercise.OUTCOME.bound, report
+    losses = [float(x) for x in re.findall(r"step +\d+: loss ([\d.]+)", report)]
+    assert len(losses) == 7 and losses[0] > 0.6 and losses[-1] < 0.2, report
+    assert "✗" not in report, report
+
+
+def test_unsolved_notebook_stops_at_the_first_checker():
+    with pytest.raises(CellExecutionError) as info:
+        notebook_cells.execute(notebook_cells.load(NOTEBOOK), NOTEBOOK.parent)
+    assert info.value.ename == "RNNCheckError"
+    assert "rnn_cell() is still the stub" in str(info.value)
+
+
+CELL = "torch.tanh(x @ W_x.T + h @ W_h.T + b)"
+LOOP_MISTAKES = [  # each listed mistake, made in the published solution: the checker it must stop at
+    ("exercise-cell", (CELL, "torch.tanh(x @ W_x + h @ W_h + b)"), "check-cell", "both weights are transposed"),
+    ("exercise-cell", (CELL, "(x @ W_x.T + h @ W_h.T + b)"), "check-cell", "the tanh is missing"),
+    ("exercise-cell", (CELL, "torch.sigmoid(x @ W_x.T + h @ W_h.T + b)"), "check-cell", "a sigmoid"),
+    ("exercise-cell", (CELL, "torch.tanh(x @ W_x.T + h @ W_h.T)"), "check-cell", "the bias is missing"),
+    ("exercise-cell", (CELL, "torch.tanh(x @ W_x.T + b)"), "check-cell", "the old state is not used"),
+    ("exercise-forward", ("    for t in range(L):\n", "    for t in range(L):\n        h = xs.new_zeros(B, W_h.shape[0])\n"),
+     "check-forward", "not carried between steps"),
+    ("exercise-forward", ("    for t in range(L):\n        h = rnn_cell(xs[:, t], h, W_x, W_h, b)  # (B, H): carried to the next step\n",
+                          "    states = []\n    for t in range(L):\n        h = rnn_cell(xs[:, t], h, W_x, W_h, b)\n"
+                          "        states.append(h)\n    h = states[0]\n"),
+     "check-forward", "the first state is read out"),
+    ("exercise-train", ("        optimizer.zero_grad()\n", ""), "check-train", "the gradients accumulate"),
+    ("exercise-train", ("        loss.backward()\n", ""), "check-train", "loss.backward() is missing"),
+    ("exercise-train", ("        optimizer.step()\n", ""), "check-train", "optimizer.step() is missing"),
+]
+
+
+@pytest.mark.parametrize("tag, edit, checker, expected", LOOP_MISTAKES,
+                         ids=[m[3] for m in LOOP_MISTAKES])
+def test_a_listed_mistake_stops_the_notebook_at_its_checker(tag, edit, checker, expected):
+    nb = solved({tag: edit})
+    with pytest.raises(CellExecutionError) as info:
+        notebook_cells.execute(nb, NOTEBOOK.parent)
+    assert info.value.ename == "RNNCheckError"
+    assert expected in str(info.value)
+    ran = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
+    assert checker in ran[-1].metadata.get("tags", []), "the notebook must stop at the checker after the mistake"
+
+
+# ----------------------------------------------------------------------------- the checker: the cell
+
+def cell(transpose_x=False, transpose_h=False, act=torch.tanh, bias=True, state=True, inputs=True, detach=False,
+         bias_after=False):
+    def rnn_cell(x, h, W_x, W_h, b):
+        pre = (x @ (W_x if transpose_x else W_x.T)) * inputs + (h @ (W_h if transpose_h else W_h.T)) * state
+        out = act(pre + b * (bias and not bias_after)) + b * bias_after
+        return out.detach() if detach else out
+    return rnn_cell
+
+
+def stub(*_):
+    raise NotImplementedError
+
+
+CELL_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "W_x transposed": (cell(transpose_x=True), "W_x is transposed"),
+    "W_h transposed": (cell(transpose_h=True), "W_h is transposed"),
+    "both transposed": (cell(transpose_x=True, transpose_h=True), "both weights are transposed"),
+    "tanh missing": (cell(act=lambda z: z), "the tanh is missing"),
+    "sigmoid": (cell(act=torch.sigmoid), "a sigmoid"),
+    "relu": (cell(act=torch.relu), "a ReLU"),
+    "bias missing": (cell(bias=False), "the bias is missing"),
+    "bias after the tanh": (cell(bias_after=True), "after the tanh"),
+    "old state not used": (cell(state=False), "the old state is not used"),
+    "input not used": (cell(inputs=False), "the input x is not used"),
+    "detached": (cell(detach=True), "does not depend on the weights"),
+    "x and h swapped": (lambda x, h, W_x, W_h, b: torch.tanh(x @ W_h.T + h @ W_x.T + b), "differs from torch.nn.RNNCell"),
+    "shape (H, B)": (lambda x, h, W_x, W_h, b: torch.tanh(W_x @ x.T + W_h @ h.T + b[:, None]), "must return (B, H)"),
+}
+
+
+@pytest.mark.parametrize("name", CELL_MISTAKES)
+def test_cell_checker_names_the_mistake(name):
+    wrong, expected = CELL_MISTAKES[name]
+    problem = exercise.diagnose_cell(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+# ----------------------------------------------------------------------------- the checker: the forward pass
+
+def forward(reset=False, first=False, mean=False, detach=False, every_step=False, no_bias=False, ones=False):
+    def rnn_forward(xs, W_x, W_h, b, W_out, b_out):
+        B, L, _ = xs.shape
+        h = xs.new_ones(B, W_h.shape[0]) if ones else xs.new_zeros(B, W_h.shape[0])
+        states = []
+        for t in range(L):
+            if reset:
+                h = xs.new_zeros(B, W_h.shape[0])
+            h = exercise.reference_cell(xs[:, t], h.detach() if detach else h, W_x, W_h, b)
+            states.append(h)
+        if every_step:
+            return torch.stack(states, 1) @ W_out.T + b_out
+        h = states[0] if first else torch.stack(states, 1).mean(1) if mean else h
+        return h @ W_out.T + (0 if no_bias else b_out)
+    return rnn_forward
+
+
+FORWARD_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "h reset each step": (forward(reset=True), "not carried between steps"),
+    "first state read out": (forward(first=True), "the first state is read out"),
+    "states averaged": (forward(mean=True), "averaged"),
+    "logits for every step": (forward(every_step=True), "(B, L, C)"),
+    "no read-out bias": (forward(no_bias=True), "b_out is missing"),
+    "h detached each step": (forward(detach=True), "gradient does not flow back"),
+    "h starts at ones": (forward(ones=True), "differs from torch.nn.RNN"),
+}
+
+
+@pytest.mark.parametrize("name", FORWARD_MISTAKES)
+def test_forward_checker_names_the_mistake(name):
+    wrong, expected = FORWARD_MISTAKES[name]
+    problem = exercise.diagnose_forward(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+# ----------------------------------------------------------------------------- the checker: the training loop
+
+def loop(zero_grad=True, backward=True, step=True, zero_late=False, clip=None, item=True, total=False):
+    def train(model, optimizer, batches):
+        losses = []
+        for tokens, labels in batches:
+            if zero_grad and not zero_late:
+                optimizer.zero_grad()
+            loss = F.cross_entropy(model(tokens), labels, reduction="sum" if total else "mean")
+            if backward:
+                loss.backward()
+            if zero_late:
+                optimizer.zero_grad()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            if step:
+                optimizer.step()
+            losses.append(loss.item() if item else loss)
+        return losses
+    return train
+
+
+LOOP_CHECKER_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "no zero_grad": (loop(zero_grad=False), "the gradients accumulate"),
+    "no zero_grad, clipped": (loop(zero_grad=False, clip=1.0), "the gradients accumulate"),
+    "no backward": (loop(backward=False), "loss.backward() is missing"),
+    "no step": (loop(step=False), "optimizer.step() is missing"),
+    "zero_grad after backward": (loop(zero_late=True), "comes between loss.backward() and optimizer.step()"),
+    "loss kept as a tensor": (loop(item=False), "loss.item()"),
+    "summed loss": (loop(total=True), "the mean over the batch"),
+    "clipped elsewhere": (loop(clip=0.1), "clip the norm at 1.0"),
+    "one loss for all": (lambda m, o, b: [loop()(m, o, b)[-1]], "one loss, per batch"),
+}
+
+
+@pytest.mark.parametrize("name", LOOP_CHECKER_MISTAKES)
+def test_train_checker_names_the_mistake(name):
+    wrong, expected = LOOP_CHECKER_MISTAKES[name]
+    problem = exercise.diagnose_train(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+def test_the_loop_checker_needs_no_clipping_and_tells_where_it_matters():
+    """Clipping is optional: with it (at 1.0) and without it both pass, and the check's batches
+    are ones where clipping changes the losses (else a wrong clip could not be seen)."""
+    assert exercise.diagnose_train(loop()) is None
+    assert exercise.diagnose_train(loop(clip=1.0)) is None
+    assert exercise._reference_losses(True, 1.0) != exercise._reference_losses(True, math.inf)
+
+
+def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
+    ns = solution_functions()
+    assert exercise.diagnose_cell(exercise.reference_cell) is None
+    assert exercise.diagnose_cell(ns["rnn_cell"]) is None
+    assert exercise.diagnose_forward(exercise.reference_forward) is None
+    assert exercise.diagnose_forward(ns["rnn_forward"]) is None
+    assert exercise.diagnose_train(exercise.reference_train) is None
+    assert exercise.diagnose_train(ns["train"]) is None
+    exercise.check_cell(ns["rnn_cell"])
+    assert capsys.readouterr().out.startswith("✓")
+    with pytest.raises(exercise.RNNCheckError, match="the bias is missing"):
+        exercise.check_cell(cell(bias=False))
+    with pytest.raises(exercise.RNNCheckError, match="not carried"):
+        exercise.check_forward(forward(reset=True))
+    with pytest.raises(exercise.RNNCheckError, match="accumulate"):
+        exercise.check_train(loop(zero_grad=False))
+
+
+# ----------------------------------------------------------------------------- the outcome
+
+def test_the_outcome_of_the_solution_passes_the_bound():
+    result = exercise.train_memory(exercise.reference_forward, exercise.reference_train)
+    assert len(result.losses) == exercise.OUTCOME.steps and result.length == exercise.OUTCOME.length
+    assert result.accuracy >= exercise.OUTCOME.bound
+    assert exercise.diagnose_learned(result) is None
+
+
+def test_a_short_run_on_the_plateau_is_still_learning():
+    """100 steps: the solution's loss is still at chance (it leaves between steps 76 and 468 over
+    seeds 0-19, seed 0 at 193), which is no sign of failure."""
+    result = exercise.train_memory(exercise.reference_forward, exercise.reference_train, steps=100)
+    problem = exercise.diagnose_learned(result)
+    assert problem is not None and problem.startswith("still learning"), problem
+    assert f"Run {exercise.OUTCOME.steps - 100} more steps" in problem
+
+
+def test_a_network_whose_gradient_never_reaches_the_clue_will_not_learn():
+    """h detached at every step passes no gradient back to the clue: the full budget, flat at chance."""
+    result = exercise.train_memory(forward(detach=True), exercise.reference_train)
+    problem = exercise.diagnose_learned(result)
+    assert problem is not None and problem.startswith("this will not learn"), problem
+    assert ".detach()" in problem
+
+
+def losses_from(first, last, steps=600):
+    return [first + (last - first) * i / (steps - 1) for i in range(steps)]
+
+
+@pytest.mark.parametrize("losses, accuracy, expected", [
+    (losses_from(0.69, 0.40), 0.80, "still learning: the accuracy is 80% after 600 steps"),
+    (losses_from(0.69, 0.60), 0.55, "still learning"),
+    (losses_from(0.69, 0.69), 0.50, "this will not learn: after 600 steps the loss is still flat"),
+    (losses_from(0.69, 0.69, 200), 0.50, "still learning: after 200 steps the loss is at chance"),
+    (losses_from(0.69, math.nan), 0.50, "NaN"),
+])
+def test_the_outcome_checker_tells_still_learning_from_will_not_learn(losses, accuracy, expected):
+    result = exercise.Result(accuracy, losses, 10, 1.0)
+    problem = exercise.diagnose_learned(result)
+    assert problem is not None and expected in problem, problem
+    with pytest.raises(exercise.RNNCheckError):
+        exercise.check_learned(result)
+
+
+def test_the_outcome_checker_passes_at_the_bound(capsys):
+    exercise.check_learned(exercise.Result(exercise.OUTCOME.bound, losses_from(0.69, 0.01), 10, 1.0))
+    assert capsys.readouterr().out.startswith("✓")
