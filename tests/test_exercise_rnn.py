@@ -57,6 +57,21 @@ def test_the_site_lists_it_after_the_first_lesson():
             '      - "Exercise: write the recurrent network yourself": lessons/exercise-rnn.ipynb\n') in nav
 
 
+def test_its_links_reach_a_lesson_and_its_anchor():
+    """A notebook's Markdown is not rewritten as a page's is: a link is the built site's address,
+    ../page/#anchor, and must name a lesson that exists and an anchor it defines."""
+    nb = notebook_cells.load(NOTEBOOK)
+    links = re.findall(r"\]\(([^)]+)\)", "".join(c.source for c in nb.cells if c.cell_type == "markdown"))
+    assert links, "the notebook links the lesson it builds on"
+    for link in links:
+        match = re.fullmatch(r"\.\./([\w-]+)/(?:#([\w-]+))?", link)
+        assert match, f"{link}: write a link as the built site's address, ../page/#anchor"
+        page = NOTEBOOK.parent / f"{match.group(1)}.md"
+        assert page.exists(), f"{link}: no lesson {page.name}"
+        if match.group(2):
+            assert "{#" + match.group(2) + "}" in page.read_text(encoding="utf-8"), f"{link}: no such anchor"
+
+
 def test_solution_runs_and_learns_the_memory_task():
     nb = solved()
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))

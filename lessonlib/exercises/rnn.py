@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.device import steady_cpu
-from lessonlib.exercises.calls import STUB, call
+from lessonlib.exercises.calls import call
 from lessonlib.experiments import memory_task
 
 Cell = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
@@ -75,7 +75,8 @@ def diagnose_cell(cell: Cell) -> str | None:
     if not isinstance(out, Tensor):
         return f"rnn_cell must return the new state, a tensor (B, H), not {type(out).__name__}."
     if out.shape != (B, H):
-        return f"for x (B, E) = {(B, H)} and h (B, H) = {(B, H)}, rnn_cell must return (B, H) = {(B, H)}, not {tuple(out.shape)}."
+        return (f"for x (B, E) = {(B, H)} and h (B, H) = {(B, H)}, rnn_cell must return (B, H) = {(B, H)}, "
+                f"not {tuple(out.shape)}.")
     with torch.no_grad():
         want = ref(x, h)  # torch's cell with the same weights
     if not _close(out, want):
@@ -85,7 +86,8 @@ def diagnose_cell(cell: Cell) -> str | None:
     ref, x, h, W_x, W_h, b = _cell_inputs(B, E, H, seed=1)
     out, problem = call("rnn_cell", cell, x, h, W_x, W_h, b)
     if problem:
-        return problem + " With E = H it worked: look for an x and an h, or a W_x and a W_h, used in each other's place."
+        return problem + (" With E = H it worked: look for an x and an h, or a W_x and a W_h, "
+                          "used in each other's place.")
     with torch.no_grad():
         want = ref(x, h)
     if not isinstance(out, Tensor) or not _close(out, want):
@@ -111,7 +113,8 @@ def _name_cell_mistake(out: Tensor, x: Tensor, h: Tensor, W_x: Tensor, W_h: Tens
         (pre, "the tanh is missing: the new state is tanh(x W_xᵀ + h W_hᵀ + b), squashed into (-1, 1)."),
         (torch.sigmoid(pre), "a sigmoid is used where the cell has a tanh: the state must reach (-1, 1), "
                              "not only (0, 1). Use torch.tanh."),
-        (torch.relu(pre), "a ReLU is used where the cell has a tanh: use torch.tanh, which keeps the state in (-1, 1)."),
+        (torch.relu(pre), "a ReLU is used where the cell has a tanh: use torch.tanh, "
+                          "which keeps the state in (-1, 1)."),
         (torch.tanh(pre - b), "the bias is missing: add b inside the tanh, tanh(x W_xᵀ + h W_hᵀ + b)."),
         (torch.tanh(x @ W_x.T + b), "the old state is not used: the new state must read h through W_h, "
                                     "tanh(x W_xᵀ + h W_hᵀ + b), or the cell remembers nothing."),
@@ -172,7 +175,6 @@ def diagnose_forward(forward: Forward, cell: Cell | None = None) -> str | None:
 
 def _name_forward_mistake(out: Tensor, xs: Tensor, states: Tensor, head: nn.Linear, rnn: nn.RNN) -> str:
     with torch.no_grad():
-        zeros = xs.new_zeros(xs.shape[0], rnn.hidden_size)
         b = rnn.bias_ih_l0 + rnn.bias_hh_l0
         alone = torch.tanh(xs[:, -1] @ rnn.weight_ih_l0.T + b)  # the last step from a zero state
         candidates = [
@@ -277,7 +279,8 @@ def diagnose_train(train: Train) -> str | None:
     if not isinstance(losses, (list, tuple)):
         return f"train must return the list of losses, one float per batch, not {type(losses).__name__}."
     if len(losses) != len(batches):
-        return f"train was given {len(batches)} batches and returned {len(losses)} losses: one step, and one loss, per batch."
+        return (f"train was given {len(batches)} batches and returned {len(losses)} losses: "
+                "one step, and one loss, per batch.")
     if any(isinstance(loss, Tensor) and loss.requires_grad for loss in losses):
         return "append loss.item(), a number, to the list: a tensor keeps its whole graph alive."
     losses = [float(loss) for loss in losses]
@@ -326,7 +329,8 @@ def _check(problem: str | None, success: str) -> None:
 
 
 def check_cell(cell: Cell) -> None:
-    _check(diagnose_cell(cell), "rnn_cell matches torch.nn.RNNCell given the same weights, and lets the gradient through.")
+    _check(diagnose_cell(cell), "rnn_cell matches torch.nn.RNNCell given the same weights, "
+                                "and lets the gradient through.")
 
 
 def check_forward(forward: Forward) -> None:
