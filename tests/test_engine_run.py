@@ -425,3 +425,8 @@ def test_a_check_block_that_prints_or_draws_is_an_error():
 
 def test_a_page_without_check_blocks_has_no_list_of_checks():
     assert "How this page checks" not in run("```python exec\nassert True\n```\n").markdown
+
+
+def test_an_unclosed_fence_is_located_at_its_opening_line():
+    page = "# t\n\nIntro.\n\n```python exec\nx = 1\n\nProse the block swallowed: it is not code.\n"
+    assert str(error_of(page)).startswith(f"{PATH}:5: this block's fence is never closed")

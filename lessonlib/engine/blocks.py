@@ -102,6 +102,9 @@ def parse_page(text: str, path: str) -> ParsedPage:
         for i in range(start, min(end, len(lines))):
             prose[i] = False
         kind, options = _classify(token.info, path, start + 1)
+        if kind and not _closes(token.markup, lines[start + 1 : end]):
+            raise LessonError(path, start + 1, f"this block's fence is never closed, so the rest of the page "
+                              f"became its code: end the block with a line {token.markup}")
         if kind:
             fence_line = lines[start]
             indent = fence_line[: len(fence_line) - len(fence_line.lstrip())]
@@ -136,6 +139,12 @@ def literal_text(span: re.Match[str]) -> str | None:
 # `python3 exec`, `python hide-code` (exec forgotten) ...
 _LOOKS_EXECUTABLE = re.compile(
     r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:alt|caption|timeout)=)", re.I)
+
+
+def _closes(markup: str, body: list[str]) -> bool:
+    """The fence's last line closes it (``` or longer, nothing else); markdown-it ends an unclosed one with its container."""
+    last = body[-1].strip() if body else ""
+    return last.startswith(markup) and set(last) == {markup[0]}
 
 
 def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:
