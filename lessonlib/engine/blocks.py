@@ -142,7 +142,8 @@ _LOOKS_EXECUTABLE = re.compile(
 
 
 def _closes(markup: str, body: list[str]) -> bool:
-    """The fence's last line closes it (``` or longer, nothing else); markdown-it ends an unclosed one with its container."""
+    """The fence's last line closes it (``` or longer, nothing else): markdown-it ends an
+    unclosed fence where its container ends, taking the prose after it as code."""
     last = body[-1].strip() if body else ""
     return last.startswith(markup) and set(last) == {markup[0]}
 

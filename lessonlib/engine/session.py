@@ -87,7 +87,7 @@ class Session:
                 message = f"the block called exit({e.code!r}): a page must run to its end"
                 raise self._located(e, message, block) from None
             except BaseException as e:  # KeyboardInterrupt and the like too: only the page raised them
-                raise self._located(e, _described(e) + _suggestion(e), block) from None
+                raise self._located(e, _described(e, self.output_limit) + _suggestion(e), block) from None
         svgs, tables = svg.take_figures(), svg.take_tables()
         result = BlockOutput(output.getvalue(), [], tables)
         if block.check and (result.text or svgs):
@@ -155,15 +155,21 @@ class Session:
             with random_state_kept():
                 return eval("f" + repr(block.options.get(option, "")), self.namespace)
         except BaseException as e:
-            raise LessonError(self.path, block.start + 1, f"{option}: {_described(e)}") from None
+            raise LessonError(self.path, block.start + 1, f"{option}: {_described(e, self.output_limit)}") from None
 
     def value(self, inline: Inline) -> str:
         try:
             code = compile("\n" * (inline.line - 1) + inline.expr, self.path, "eval")
             with random_state_kept():
-                return format(eval(code, self.namespace), inline.spec)
+                text = format(eval(code, self.namespace), inline.spec)
         except BaseException as e:
-            raise LessonError(self.path, inline.line, f"inline value `{inline.source}`: {_described(e)}") from None
+            raise LessonError(self.path, inline.line,
+                              f"inline value `{inline.source}`: {_described(e, self.output_limit)}") from None
+        if len(text) > self.output_limit:
+            raise LessonError(self.path, inline.line, f"inline value `{inline.source}` has {len(text):,} characters, "
+                              f"more than the output limit of {self.output_limit / 1024:,.0f} KB "
+                              "(output_limit_kb in mkdocs.yml): show less")
+        return text
 
     def _run_exec(self, block: Block) -> None:
         source = "\n" * (block.first_line - 1) + block.code
@@ -214,12 +220,15 @@ class Session:
         return LessonError(self.path, line, message, detail)
 
 
-def _described(error: BaseException) -> str:
-    """'Type: message', also for an exception whose __str__ itself raises."""
+def _described(error: BaseException, limit: int) -> str:
+    """'Type: message', also for an exception whose __str__ itself raises; a message longer than
+    the output limit is cut there."""
     try:
         text = str(error)
     except Exception as inner:
         text = f"<its message could not be made: {type(inner).__name__} in __str__>"
+    if len(text) > limit:
+        text = f"{text[:limit]} ... (cut: {len(text):,} characters, more than the output limit)"
     return f"{type(error).__name__}: {text}"
 
 
