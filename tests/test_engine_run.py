@@ -439,3 +439,9 @@ def test_the_output_limit_covers_inline_values_and_error_messages():
     error = str(error_of("```python exec\nraise ValueError('y' * 50_000)\n```\n", output_limit_kb=1))
     assert error.startswith(f"{PATH}:2: ValueError: yyy") and len(error) < 2_000
     assert "cut: 50,000 characters" in error
+
+
+def test_an_inline_value_that_hangs_times_out_at_its_own_line():
+    page = ("```python exec\nclass Loop:\n    def __format__(self, spec):\n        while True:\n            pass\n\n"
+            "x = Loop()\n```\n\nThe value `{py} x` never comes.\n")
+    assert str(error_of(page, timeout=0.5)).startswith(f"{PATH}:10: ")

@@ -67,7 +67,7 @@ class Session:
         self.keep_going = keep_going
         self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
         self._where_they_stand: dict[int, str] = {}  # inline index -> its value right after the block before it
-        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure}
+        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure, _FORMAT: format}
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
         start_page()
@@ -159,9 +159,12 @@ class Session:
 
     def value(self, inline: Inline) -> str:
         try:
-            code = compile("\n" * (inline.line - 1) + inline.expr, self.path, "eval")
+            lines = "\n" * (inline.line - 1)
+            compile(lines + inline.expr, self.path, "eval")  # its own syntax errors, unwrapped
+            # formatted inside the evaluated code: a __format__ that hangs leaves this line on the stack
+            code = compile(f"{lines}{_FORMAT}(({inline.expr}), {inline.spec!r})", self.path, "eval")
             with random_state_kept():
-                text = format(eval(code, self.namespace), inline.spec)
+                text = eval(code, self.namespace)
         except BaseException as e:
             raise LessonError(self.path, inline.line,
                               f"inline value `{inline.source}`: {_described(e, self.output_limit)}") from None
@@ -245,6 +248,7 @@ def _suggestion(error: BaseException) -> str:
 
 
 _NOTE_FAILURE = "__lessonlib_assert_failed__"  # what a soft assert calls
+_FORMAT = "__lessonlib_format__"  # format(), out of the page's reach: inline values call it
 
 
 def _soft_asserts(source: str, path: str) -> ast.Module:
