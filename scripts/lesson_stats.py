@@ -27,7 +27,8 @@ WORD = re.compile(r"[^\W_]+(?:['’.,-][^\W_]+)*")  # "don't", "3.14", "1,000" a
 NUMERAL = re.compile(r"\d")
 ASSERT = re.compile(r"^\s*assert\b", re.M)
 BUDGETS = {  # core words at most; numerals per 1,000 core words at most
-    "sequences-to-attention": (4200, 45),
+    "recurrent-networks": (3000, 45),
+    "gates-and-attention": (3000, 45),
     "sequence-models": (2500, 45),
     "transformer": (3000, 45),
     "language-model": (3000, 45),

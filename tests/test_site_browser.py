@@ -274,7 +274,7 @@ def test_search_finds_the_forget_gate(reader, base_url):
     assert "forget gate" in page.inner_text(".md-search-result").lower()
 
 
-WALKTHROUGH = "lessons/sequences-to-attention/"
+WALKTHROUGH = "lessons/gates-and-attention/"
 
 
 def walkthrough_state(page) -> dict:
@@ -394,8 +394,8 @@ def test_an_exercise_reached_by_instant_navigation_has_its_notebook_styles(reade
 # Explorations (lessonlib/figures/exploration.py): where each is, by its control's label, and the
 # keys that move it (a range input and a radio group take the arrow keys natively).
 EXPLORATIONS = {
-    "radius": ("lessons/sequences-to-attention/", "Spectral radius of W_h"),
-    "forget-bias": ("lessons/sequences-to-attention/", "Forget-gate bias, each of the two vectors"),
+    "radius": ("lessons/recurrent-networks/", "Spectral radius of W_h"),
+    "forget-bias": ("lessons/gates-and-attention/", "Forget-gate bias, each of the two vectors"),
     "query": ("lessons/transformer/", "Query (position)"),
     "causal-mask": ("lessons/transformer/", "Causal mask"),
     "authors-example": ("writing-lessons/", "Power"),
