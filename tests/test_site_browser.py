@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import nbformat
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,6 +42,12 @@ def site_pages() -> list[str]:
         rel = path.relative_to(docs).with_suffix("").as_posix()
         pages.append("" if rel == "index" else f"{rel}/")
     return pages
+
+
+def redirect_pages() -> list[str]:
+    """The old addresses that redirect (moved.yml's pages; mkdocs-redirects writes a page at each)."""
+    moved = yaml.safe_load((ROOT / "moved.yml").read_text())
+    return [Path(old).with_suffix("").as_posix() + "/" for old in moved["pages"]]
 
 
 @pytest.fixture(scope="session")
@@ -163,7 +170,22 @@ def test_the_built_site_has_exactly_these_pages(site):
         "" if p.parent == site.path else p.parent.relative_to(site.path).as_posix() + "/"
         for p in site.path.rglob("index.html")
     )
-    assert built == sorted(site_pages())
+    assert built == sorted(site_pages() + redirect_pages())
+
+
+@pytest.mark.parametrize("anchor, lesson", [("", "recurrent-networks"), ("gradient-reach", "recurrent-networks"),
+                                            ("summary", "recurrent-networks"), ("lstm", "gates-and-attention"),
+                                            ("attention", "gates-and-attention")])
+def test_lesson_1s_old_address_leads_to_the_lesson_that_holds_the_section(reader, base_url, anchor, lesson):
+    """moved.yml: the old page redirects to the first new lesson, keeping the anchor, and an anchor
+    whose section moved to the second lesson is sent on there (docs/javascripts/moved-anchors.js)."""
+    hash_ = f"#{anchor}" if anchor else ""
+    reader.page.goto(base_url + "lessons/sequences-to-attention/" + hash_)
+    reader.page.wait_for_url(base_url + f"lessons/{lesson}/" + hash_)
+    reader.wait_ready()
+    if anchor:
+        assert reader.page.locator(f"[id='{anchor}']").count() == 1
+    assert not reader.errors, reader.errors
 
 
 def article_images(page) -> list[dict]:
