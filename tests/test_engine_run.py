@@ -283,6 +283,32 @@ def test_error_inside_a_called_function_names_the_page_line_and_keeps_the_callee
     assert str(error).startswith(f"{PATH}:3: ZeroDivisionError")
 
 
+STOPS = {  # exceptions that are not Exception: the page's fault all the same
+    "a BaseException subclass": "class Stop(BaseException):\n    pass\n\nraise Stop('halt')\n",
+    "KeyboardInterrupt": "x = 1\ny = 2\n\nraise KeyboardInterrupt('halt')\n",
+}
+
+
+@pytest.mark.parametrize("raising", STOPS)
+def test_a_block_that_raises_a_base_exception_names_its_line(raising):
+    error = error_of(f"# t\n\n```python exec\n{STOPS[raising]}```\n")
+    assert str(error).startswith(f"{PATH}:7: ") and "halt" in str(error)
+
+
+def test_an_inline_value_that_raises_a_base_exception_names_its_own_line():
+    page = "```python exec\ndef f():\n    raise KeyboardInterrupt('halt')\n```\n\nvalue `{py} f()`\n"
+    assert str(error_of(page)).startswith(f"{PATH}:6: inline value `f()`: KeyboardInterrupt: halt")
+
+
+def test_an_exception_that_cannot_say_what_it_is_still_names_its_line():
+    weird = "class Weird(Exception):\n    def __str__(self):\n        raise RuntimeError('no')\n\n"
+    error = error_of(f"```python exec\n{weird}raise Weird()\n```\n")
+    assert str(error).startswith(f"{PATH}:6: Weird: <its message could not be made: RuntimeError in __str__>")
+    error = error_of(f"```python exec\n{weird}```\n\nvalue `{{py}} (_ for _ in ()).throw(Weird())`\n")
+    assert str(error).startswith(f"{PATH}:8: inline value")
+    assert "Weird: <its message could not be made" in str(error)
+
+
 def test_failed_assert_shows_the_statement():
     error = error_of("```python exec\nx = 2\nassert x == 3\n```\n")
     assert str(error).startswith(f"{PATH}:3: assertion failed: assert x == 3")

@@ -10,6 +10,7 @@ import functools
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lessonlib.engine import options as checks
 from lessonlib.engine.errors import LessonError, SetupError
@@ -79,6 +80,16 @@ def _markdown():  # made on first use: a warm build takes its parsed pages from 
     from markdown_it import MarkdownIt
 
     return MarkdownIt("commonmark").disable(["code", "inline"])
+
+
+def read_page(file: Path, path: str) -> str:
+    """The page's text; a page that is not UTF-8 is a LessonError at the line of its first bad byte."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        data = file.read_bytes()
+        raise LessonError(path, data.count(b"\n", 0, e.start) + 1, f"the page is not UTF-8 (byte "
+                          f"0x{data[e.start]:02x} at offset {e.start}): save it as UTF-8") from None
 
 
 def parse_page(text: str, path: str) -> ParsedPage:

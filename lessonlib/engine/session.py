@@ -93,8 +93,8 @@ class Session:
                 # exit() would end the page's process as if it had finished: a failure, said so.
                 message = f"the block called exit({e.code!r}): a page must run to its end"
                 raise self._located(e, message, block) from None
-            except Exception as e:
-                raise self._located(e, f"{type(e).__name__}: {e}{_suggestion(e)}", block) from None
+            except BaseException as e:  # KeyboardInterrupt and the like too: only the page raised them
+                raise self._located(e, _described(e) + _suggestion(e), block) from None
         svgs, tables = svg.take_figures(), svg.take_tables()
         result = BlockOutput(output.getvalue(), [], tables, shown)
         if block.check and (result.text or svgs):
@@ -161,17 +161,16 @@ class Session:
         try:
             with random_state_kept():
                 return eval("f" + repr(block.options.get(option, "")), self.namespace)
-        except Exception as e:
-            raise LessonError(self.path, block.start + 1, f"{option}: {type(e).__name__}: {e}") from None
+        except BaseException as e:
+            raise LessonError(self.path, block.start + 1, f"{option}: {_described(e)}") from None
 
     def value(self, inline: Inline) -> str:
         try:
             code = compile("\n" * (inline.line - 1) + inline.expr, self.path, "eval")
             with random_state_kept():
                 return format(eval(code, self.namespace), inline.spec)
-        except Exception as e:
-            message = f"inline value `{inline.source}`: {type(e).__name__}: {e}"
-            raise LessonError(self.path, inline.line, message) from None
+        except BaseException as e:
+            raise LessonError(self.path, inline.line, f"inline value `{inline.source}`: {_described(e)}") from None
 
     def _run_exec(self, block: Block) -> None:
         source = "\n" * (block.first_line - 1) + block.code
@@ -214,12 +213,21 @@ class Session:
         frames = traceback.StackSummary.from_list(frames[first:])
         page_lines = [f.lineno for f in frames if f.filename == self.path]
         line = page_lines[-1] if page_lines else block.start + 1
-        if isinstance(exc, AssertionError) and not str(exc):
+        if isinstance(exc, AssertionError) and message == "AssertionError: ":
             message = f"assertion failed: {linecache.getline(self.path, line).strip()}"
         detail = "Traceback (most recent call last):\n" + "".join(frames.format()) if frames else ""
         if self.failed_asserts:  # keep_going: what failed before this stopped the page
             detail = "".join(f"{self.path}:{at}: earlier, {text}\n" for at, text in self.failed_asserts) + detail
         return LessonError(self.path, line, message, detail)
+
+
+def _described(error: BaseException) -> str:
+    """'Type: message', also for an exception whose __str__ itself raises."""
+    try:
+        text = str(error)
+    except Exception as inner:
+        text = f"<its message could not be made: {type(inner).__name__} in __str__>"
+    return f"{type(error).__name__}: {text}"
 
 
 def _suggestion(error: BaseException) -> str:
