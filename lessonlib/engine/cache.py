@@ -34,7 +34,7 @@ from lessonlib.engine.blocks import ParsedPage, parse_page
 from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import SetupError
 from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs
+from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
 
 FORMAT = 5  # bump when the stored layout or the rendering contract changes
 ENGINE = Path(__file__).parent
@@ -126,7 +126,8 @@ class PageCache:
             payload = entry["payload"]
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
-            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]])
+            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]],
+                                  Source(**b["source"]) if b.get("source") else None)
                       for b in payload["blocks"]]
             touch(path)
             return Entry(PageOutputs(blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))

@@ -16,16 +16,18 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import ipaddress
 import json
 import pickle
+import tokenize
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from nbformat import NotebookNode, from_dict, v4
 
-from lessonlib.engine.blocks import Block, ParsedPage
+from lessonlib.engine.blocks import SOURCE, Block, ParsedPage
 from lessonlib.engine.cache import (
     cache_errors,
     path_name,
@@ -33,7 +35,12 @@ from lessonlib.engine.cache import (
     write_atomically,
 )
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
-from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
+from lessonlib.engine.render import (
+    DATA_TITLE,
+    markdown_table,
+    render_line,
+    source_markdown,
+)
 from lessonlib.engine.wheel import CONSTRAINTS
 
 OWN_CODE = ("notebook", "render", "blocks")  # the engine modules a notebook's text comes from
@@ -162,12 +169,12 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install 
 
     for index, block in enumerate(page.blocks):
         prose.extend(render_line(page, i, values, escape=False) for i in range(line, block.start))
+        output, line = blocks_out[index] if blocks_out else None, block.end
+        if block.kind == SOURCE:  # read, not run: code in the Markdown, with the prose around it
+            prose.append(source_markdown(output.source if output else None, block.options[SOURCE], titled=False))
+            continue
         flush()
-        if block.kind == "pycon":
-            cells.extend(_examples(block))
-        else:
-            cells.append(_code_cell(block, blocks_out[index] if blocks_out else None))
-        line = block.end
+        cells.extend(_examples(block) if block.kind == "pycon" else [_code_cell(block, output)])
     prose.extend(render_line(page, i, values, escape=False) for i in range(line, len(page.lines)))
     flush()
     for number, cell in enumerate(cells):
@@ -198,7 +205,20 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
                      "data": {"text/markdown": markdown_table(table),
                               "text/plain": DATA_TITLE}} for table in output.tables]
     tag = "check" if block.check else "timing" if "timing" in block.options else None
-    return _code(_quiet(block.code.rstrip()), tag, tuple(outputs))
+    code = block.code.rstrip()
+    if "memo" in block.options:  # as on the page: these calls come from the cache
+        code = f"with lessonlib.memoized(globals(), {block.options['memo']!r}):\n{_indented(code)}"
+    return _code(_quiet(code), tag, tuple(outputs))
+
+
+def _indented(code: str) -> str:
+    """The code one level in, but for the lines that continue a string (their text is its text)."""
+    in_string = set()
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type == tokenize.STRING:
+            in_string.update(range(token.start[0] + 1, token.end[0] + 1))
+    rows = code.split("\n")
+    return "\n".join(row if n in in_string or not row.strip() else f"    {row}" for n, row in enumerate(rows, 1))
 
 
 def _examples(block: Block) -> list[NotebookNode]:

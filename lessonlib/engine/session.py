@@ -20,11 +20,12 @@ import torch
 
 from lessonlib.device import flush_subnormals
 from lessonlib.engine import svg
-from lessonlib.engine.blocks import Block, Inline, ParsedPage
+from lessonlib.engine.blocks import SOURCE, Block, Inline, ParsedPage
 from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.memo import random_state_kept
 from lessonlib.engine.outputs import BlockOutput, Figure
+from lessonlib.engine.shown import NotFound, memoized, source_of
 
 ALT_LIMIT = 150  # characters of a figure's alt text
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -73,15 +74,21 @@ class Session:
         start_page()
 
     def run(self, block: Block) -> BlockOutput:
-        output = _CappedText(self.output_limit)
+        output, shown = _CappedText(self.output_limit), None
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             try:
                 if block.kind == "pycon":
                     self._run_pycon(block)
+                elif block.kind == SOURCE:
+                    shown = source_of(block.options[SOURCE])
                 else:
-                    self._run_exec(block)
+                    with memoized(self.namespace, block.options.get("memo", "")):
+                        self._run_exec(block)
             except (LessonError, SetupError):  # located already, or nobody's page's fault
                 raise
+            except NotFound as e:  # a name on the fence: one line, no traceback
+                option = SOURCE if block.kind == SOURCE else "memo"
+                raise LessonError(self.path, block.start + 1, f"{option}={block.options[option]!r}: {e}") from None
             except SystemExit as e:
                 # exit() would end the page's process as if it had finished: a failure, said so.
                 message = f"the block called exit({e.code!r}): a page must run to its end"
@@ -89,7 +96,7 @@ class Session:
             except BaseException as e:  # KeyboardInterrupt and the like too: only the page raised them
                 raise self._located(e, _described(e, self.output_limit) + _suggestion(e), block) from None
         svgs, tables = svg.take_figures(), svg.take_tables()
-        result = BlockOutput(output.getvalue(), [], tables)
+        result = BlockOutput(output.getvalue(), [], tables, shown)
         if block.check and (result.text or svgs):
             raise LessonError(self.path, block.start + 1, "a check block shows nothing, so it must not print or draw: "
                               "move what it shows to a block of its own")
