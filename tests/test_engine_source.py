@@ -157,5 +157,6 @@ def test_the_notebook_shows_the_source_and_runs_the_memoized_block_from_the_cach
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(settings.cache_dir))
     execute(notebook, docs)
     code = [c for c in notebook.cells if c.cell_type == "code"][1:]
+    assert code[1].source.startswith('with lessonlib.memoized(globals(), "double"):\n    text = f"""{double(21)}\n    two')
     assert [printed(c) for c in code] == [b.text for b in result.outputs.blocks[1:]] == ["", "42\n    two\n      lines\n"]
     assert runs(docs) == 1  # the kernel took double(21) from the page's cache
