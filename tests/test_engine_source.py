@@ -130,6 +130,8 @@ def test_memo_option_memoizes_the_calls_the_block_makes_not_those_made_inside_th
     ("work.nope", "memo='work.nope': work has no attribute 'nope'"),
     ("work.slow nowork.slow", "memo='work.slow nowork.slow': no name 'nowork' in the page when this block starts"),
     ("work.__doc__", "memo='work.__doc__': work.__doc__ is not a function or class, so it cannot be memoized"),
+    ("work.slow.__call__", "memo='work.slow.__call__': work.slow is not a module (or is memoized itself): "
+                           "memoize a function, a class, or one of a module's"),
 ])
 def test_a_bad_memo_name_is_one_line_at_its_fence(tmp_path, settings, option, message):
     (tmp_path / "docs" / "work.py").write_text(MEMO_MODULE)
@@ -157,5 +159,6 @@ def test_the_notebook_shows_the_source_and_runs_the_memoized_block_from_the_cach
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(settings.cache_dir))
     execute(notebook, docs)
     code = [c for c in notebook.cells if c.cell_type == "code"][1:]
+    assert code[1].source.startswith('with lessonlib.memoized(globals(), "double"):\n    text = f"""{double(21)}\n    two')
     assert [printed(c) for c in code] == [b.text for b in result.outputs.blocks[1:]] == ["", "42\n    two\n      lines\n"]
     assert runs(docs) == 1  # the kernel took double(21) from the page's cache

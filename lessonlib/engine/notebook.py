@@ -207,7 +207,7 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
     tag = "check" if block.check else "timing" if "timing" in block.options else None
     code = block.code.rstrip()
     if "memo" in block.options:  # as on the page: these calls come from the cache
-        code = f"with lessonlib.memoized(globals(), {block.options['memo']!r}):\n{_indented(code)}"
+        code = f'with lessonlib.memoized(globals(), "{block.options["memo"]}"):\n{_indented(code)}'
     return _code(_quiet(code), tag, tuple(outputs))
 
 

@@ -15,8 +15,10 @@ import contextlib
 import importlib
 import inspect
 import textwrap
+import types
 from collections.abc import Iterator
 
+from lessonlib.engine.memo import memo
 from lessonlib.engine.outputs import Source
 
 
@@ -57,23 +59,26 @@ def _attribute(value: object, path: list[str], where: str) -> object:
 
 @contextlib.contextmanager
 def memoized(namespace: dict, names: str) -> Iterator[None]:
-    """Within, each of `names` ("memory_task.sweep train": dotted, resolved in `namespace`) is
-    memoized; after, the globals are as they were (but for a name the code bound anew)."""
-    from lessonlib.engine.memo import memo  # NumPy and joblib: only a page that memoizes needs them
-
+    """Within, each of `names` ("memory_task.sweep train": a page's name, or a dotted name through
+    modules, resolved in `namespace`) is memoized; after, the globals are as they were (but for a
+    name the code bound anew)."""
     tree: dict = {}  # root name -> {attribute -> ... -> None (memoized)}
     for name in names.split():
-        root, *path = name.split(".")
-        if root not in namespace:
-            raise NotFound(f"no name {root!r} in the page when this block starts")
-        if not callable(_attribute(namespace[root], path, root)):
+        parts = name.split(".")
+        if parts[0] not in namespace:
+            raise NotFound(f"no name {parts[0]!r} in the page when this block starts")
+        if not callable(_attribute(namespace[parts[0]], parts[1:], parts[0])):
             raise NotFound(f"{name} is not a function or class, so it cannot be memoized")
         node = tree
-        for part in [root, *path][:-1]:
+        for n, part in enumerate(parts[:-1], start=1):
+            owner = _attribute(namespace[parts[0]], parts[1:n], parts[0])
+            if not isinstance(owner, types.ModuleType) or node.get(part, {}) is None:
+                raise NotFound(f"{'.'.join(parts[:n])} is not a module (or is memoized itself): "
+                               "memoize a function, a class, or one of a module's")
             node = node.setdefault(part, {})
-        node[name.rpartition(".")[2]] = None
+        node[parts[-1]] = None
     originals = {root: namespace[root] for root in tree}
-    views = {root: _view(namespace[root], sub, memo) for root, sub in tree.items()}
+    views = {root: _view(namespace[root], sub) for root, sub in tree.items()}
     namespace.update(views)
     try:
         yield
@@ -83,19 +88,20 @@ def memoized(namespace: dict, names: str) -> Iterator[None]:
                 namespace[root] = originals[root]
 
 
-def _view(value: object, tree: dict | None, memo) -> object:
-    """`value` memoized (a leaf), or seen through with the attributes `tree` names memoized."""
+def _view(value: object, tree: dict | None) -> object:
+    """`value` memoized (a leaf), or a module seen through with the attributes `tree` names memoized."""
     if tree is None:
         return memo(value)
-    return _Through(value, {name: _view(getattr(value, name), sub, memo) for name, sub in tree.items()})
+    return _Through(value, {name: _view(getattr(value, name), sub) for name, sub in tree.items()})
 
 
-class _Through:
-    """An object's attributes, but for those replaced (a module's memoized functions)."""
+class _Through(types.ModuleType):
+    """A module's attributes, but for those replaced. A module still (the memo's tracing passes
+    modules by: they are inputs by their files, not their values)."""
 
-    def __init__(self, base: object, replaced: dict[str, object]) -> None:
-        self.__dict__.update(replaced)
-        self.__dict__["_Through__base"] = base
+    def __init__(self, base: types.ModuleType, replaced: dict[str, object]) -> None:
+        super().__init__(base.__name__, base.__doc__)
+        vars(self).update(replaced, _Through__base=base)
 
     def __getattr__(self, name: str) -> object:  # only for what is not replaced
         return getattr(self.__base, name)
