@@ -10,7 +10,7 @@ from pathlib import Path
 
 import nbformat
 
-from lessonlib.engine.blocks import ParsedPage, parse_page
+from lessonlib.engine.blocks import ParsedPage, parse_page, read_page
 from lessonlib.engine.claims import binding
 from lessonlib.engine.config import Settings, environment_settings, load_settings
 from lessonlib.engine.errors import LessonError, SetupError
@@ -41,13 +41,16 @@ def main(argv: list[str] | None = None) -> int:
     for page in getattr(args, "pages", []):
         if not page.is_file():
             parser.error(f"no such page: {page}")
-    if args.command == "check":
-        return _check(args.pages)
     try:
+        if args.command == "check":
+            return _check(args.pages)
         return _cache(args) if args.command == "cache" else _execute(parser, args)
     except SetupError as e:
         print(f"lessonlib: {e}", file=sys.stderr)
         return 2
+    except LessonError as e:  # a page that cannot be read as a page
+        print(e, file=sys.stderr)
+        return 1
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -78,7 +81,8 @@ def _execute(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     for page in args.pages:
         if root not in page.resolve().parents:
             parser.error(f"{page} is not inside the project {root} (the folder of {args.config})")
-    sources = [(page.read_text(encoding="utf-8"), page.resolve().relative_to(root).as_posix()) for page in args.pages]
+    names = [page.resolve().relative_to(root).as_posix() for page in args.pages]
+    sources = [(read_page(page, name), name) for page, name in zip(args.pages, names, strict=True)]
     results = execute_pages(sources, settings, report=lambda line: print(line, file=sys.stderr))
     errors = [r for r in results if isinstance(r, LessonError)]
     texts = {path: text for text, path in sources}
@@ -101,7 +105,8 @@ def _check(pages: list[Path]) -> int:
     sentence no check quotes, as ``docs/PATH.md:LINE: ...``; exit status 1 if there is any."""
     numerals = claims_unchecked = 0
     for page in pages:
-        text, name = page.read_text(encoding="utf-8"), page.as_posix()
+        name = page.as_posix()
+        text = read_page(page, name)
         for numeral in hand_typed_numerals(text):
             print(f"{name}:{numeral.line}: {numeral}")
             numerals += 1

@@ -14,6 +14,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 
 from lessonlib.figures import diagrams, plots  # noqa: E402
+from lessonlib.models.transformer import Block  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -92,11 +93,61 @@ def test_summary_table_states_every_verdict_in_words():
         diagrams.summary_table({("attention", "speed"): "fast"})
 
 
+def test_transformer_block_names_the_blocks_own_layers_in_order():
+    block = Block(16, heads=4, d_ff=48)
+    assert set(diagrams.BLOCK_PARTS) == {name for name, _ in block.named_children()}
+    fig = diagrams.transformer_block(block)
+    (ax,) = fig.axes
+    at = {t.get_text(): t.get_position()[0] for t in ax.texts}
+    for label in (*diagrams.BLOCK_PARTS, "GELU", "16 \u2192 48", "48 \u2192 16", "attention, 4 heads"):
+        assert label in at, label
+    # drawn in BLOCK_PARTS' order (the lesson checks that forward calls them in it): LayerNorm before
+    # attention, LayerNorm before the MLP, the MLP's two maps around the GELU
+    assert sorted(diagrams.BLOCK_PARTS, key=at.get) == list(diagrams.BLOCK_PARTS)
+    assert diagrams.BLOCK_PARTS == ("norm1", "self_attn", "norm2", "linear1", "linear2")
+    assert at["linear1"] < at["GELU"] < at["linear2"]
+    assert sum(t.get_text() == "LayerNorm" for t in ax.texts) == 2
+    # the stream is only added to: two additions, one after attention, one after the MLP
+    adds = sorted(p.center[0] for p in patches(fig, Circle))
+    assert len(adds) == 2 and sum(t.get_text() == "+" for t in ax.texts) == 2
+    assert at["self_attn"] < adds[0] < at["norm2"] and at["linear2"] < adds[1]
+    with pytest.raises(ValueError, match="not a transformer block"):
+        diagrams.transformer_block(torch.nn.Linear(4, 4))
+
+
+def test_qkv_shapes_draws_every_matrix_in_proportion():
+    n, d, d_k = 5, 8, 4  # d_k unlike d, so a swapped side shows
+    fig = diagrams.qkv_shapes(n, d, d_k)
+    boxes = [p for p in patches(fig, Rectangle) if p.get_label().startswith("matrix ")]
+    drawn = sorted((p.get_label().removeprefix("matrix "), round(p.get_height() / p.get_width() * 1000))
+                   for p in boxes)
+    want = {"$X$": (n, d), "$W_q^\\top$": (d, d_k), "$W_k^\\top$": (d, d_k), "$W_v^\\top$": (d, d_k),
+            "$Q$": (n, d_k), "$K$": (n, d_k), "$V$": (n, d_k), "$K^\\top$": (d_k, n), "scores": (n, n),
+            "weights": (n, n), "output": (n, d_k)}
+    names = [name for name, _ in drawn]
+    assert set(names) == set(want)
+    assert names.count("$X$") == 3 and names.count("$Q$") == 2 and names.count("$V$") == 2
+    assert names.count("scores") == 2 and names.count("weights") == 2
+    for name, ratio in drawn:  # rows over columns
+        rows, cols = want[name]
+        assert ratio == round(rows / cols * 1000), name
+    # one scale for all: a box's width is its columns times the same cell size
+    cell = {round(p.get_width() / want[p.get_label().removeprefix("matrix ")][1], 9) for p in boxes}
+    assert len(cell) == 1
+    joined = texts(fig)
+    for shape in (f"{n} \u00d7 {d}", f"{d} \u00d7 {d_k}", f"{n} \u00d7 {d_k}", f"{d_k} \u00d7 {n}", f"{n} \u00d7 {n}"):
+        assert shape in joined, shape
+    with pytest.raises(ValueError, match="positive"):
+        diagrams.qkv_shapes(0, d, d_k)
+
+
 DRAWS = {
     "unrolled_rnn": lambda: diagrams.unrolled_rnn(),
     "lstm_cell": diagrams.lstm_cell,
     "recurrence_vs_attention": lambda: diagrams.recurrence_vs_attention(),
     "summary_table": lambda: diagrams.summary_table(),
+    "transformer_block": lambda: diagrams.transformer_block(Block(32, heads=2, d_ff=128)),
+    "qkv_shapes": lambda: diagrams.qkv_shapes(5, 8, 8),
 }
 
 

@@ -221,17 +221,18 @@ def test_failed_runs_are_not_cached(tmp_path, settings):
     assert not list((settings.cache_dir / "pages").glob("*.json"))
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garble", "tamper"])
+@pytest.mark.parametrize("damage", ["truncate", "garble", "tamper", "a folder", "a pipe"])
 def test_a_damaged_entry_is_detected_and_the_page_rerun(tmp_path, settings, damage):
     log = tmp_path / "log"
     first = execute_page(page_with_side_effect(log), PATH, settings)
     (entry,) = (settings.cache_dir / "pages").glob("*.json")
     text = entry.read_text()
-    entry.write_text(
-        {"truncate": text[: len(text) // 2], "garble": "\x00not json", "tamper": text.replace("ran", "RAN").replace("42", "41")}[
-            damage
-        ]
-    )
+    if damage in ("a folder", "a pipe"):  # not a regular file: a miss (a pipe must not hang the read)
+        entry.unlink()
+        entry.mkdir() if damage == "a folder" else os.mkfifo(entry)
+    else:
+        entry.write_text({"truncate": text[: len(text) // 2], "garble": "\x00not json",
+                          "tamper": text.replace("ran", "RAN").replace("42", "41")}[damage])
     again = execute_page(page_with_side_effect(log), PATH, settings)
     assert runs(log) == 2 and not again.from_cache
     assert again.markdown == first.markdown

@@ -133,3 +133,21 @@ def test_a_page_that_used_a_process_pool_exits_cleanly(tmp_path):
     result = cli_process(site, "run", "docs/pool.md")
     assert result.returncode == 0 and "6\n" in result.stdout, result.stderr
     assert "leaked" not in result.stderr, result.stderr
+
+
+def test_a_page_that_is_not_utf8_is_one_line_naming_it_in_every_door(tmp_path, build, lessonlib_cli):
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    (site / "docs" / "latin.md").write_bytes("# Latin\n\nCaf\xe9 au lait\n".encode("latin-1"))
+    where = "docs/latin.md:3: the page is not UTF-8 (byte 0xe9 at offset 12): save it as UTF-8"
+    for run in (build(site), lessonlib_cli(site, "run", "docs/latin.md"), lessonlib_cli(site, "check", "docs/latin.md")):
+        assert run.returncode != 0
+        assert where in run.stderr + run.stdout and "Traceback" not in run.stderr, run.stderr
+
+
+def test_a_helper_named_like_a_module_the_build_loaded_is_one_line_at_its_import(tmp_path, settings):
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    (tmp_path / "docs" / "code.py").write_text("WHO = 'the helper'\n")  # `code` is loaded before any page runs
+    (tmp_path / "docs" / "mine.py").write_text("WHO = 'mine'\n")
+    page = "# t\n\n```python exec\nimport mine\nprint(mine.WHO)\nimport code\nprint(code.WHO)\n```\n"
+    error = str(execute_pages([(page, PATH)], settings)[0])
+    assert error.startswith(f"{PATH}:6: the helper code.py beside the page has the name of the module `code`"), error

@@ -10,6 +10,7 @@ import functools
 import re
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lessonlib.engine import options as checks
 from lessonlib.engine.errors import LessonError, SetupError
@@ -81,6 +82,16 @@ def _markdown():  # made on first use: a warm build takes its parsed pages from 
     return MarkdownIt("commonmark").disable(["code", "inline"])
 
 
+def read_page(file: Path, path: str) -> str:
+    """The page's text; a page that is not UTF-8 is a LessonError at the line of its first bad byte."""
+    try:
+        return file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        data = file.read_bytes()
+        raise LessonError(path, data.count(b"\n", 0, e.start) + 1, f"the page is not UTF-8 (byte "
+                          f"0x{data[e.start]:02x} at offset {e.start}): save it as UTF-8") from None
+
+
 def parse_page(text: str, path: str) -> ParsedPage:
     lines = text.splitlines(keepends=True)
     prose = [True] * len(lines)
@@ -92,6 +103,9 @@ def parse_page(text: str, path: str) -> ParsedPage:
         for i in range(start, min(end, len(lines))):
             prose[i] = False
         kind, options = _classify(token.info, path, start + 1)
+        if kind and not _closes(token.markup, lines[start + 1 : end]):
+            raise LessonError(path, start + 1, f"this block's fence is never closed, so the rest of the page "
+                              f"became its code: end the block with a line {token.markup}")
         if kind == SOURCE and token.content.strip():
             raise LessonError(path, start + 1, "a source block shows the code of the object it names: "
                               "leave it empty (code to run goes in a ```python exec block)")
@@ -131,6 +145,13 @@ _LOOKS_EXECUTABLE = re.compile(
     r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:"
     + "|".join(sorted(KEYED | {SOURCE})) + r")=)", re.I)
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _closes(markup: str, body: list[str]) -> bool:
+    """The fence's last line closes it (``` or longer, nothing else): markdown-it ends an
+    unclosed fence where its container ends, taking the prose after it as code."""
+    last = body[-1].strip() if body else ""
+    return last.startswith(markup) and set(last) == {markup[0]}
 
 
 def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:

@@ -23,6 +23,7 @@ import json
 import os
 import pickle
 import platform
+import shutil
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass
@@ -117,6 +118,9 @@ class PageCache:
     def load(self, key: str) -> Entry | None:
         """The stored entry, or None when absent, truncated or corrupt (a bad entry is removed)."""
         path = self.root / f"{key}.json"
+        if not path.is_file():  # absent, or a folder or a pipe in its place: a miss (reading a pipe would hang)
+            _discard(path)
+            return None
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
             payload = entry["payload"]
@@ -142,6 +146,15 @@ class PageCache:
     def lock(self, key: str, wait: bool) -> IO | None:
         """The page's lock (see file_lock)."""
         return file_lock(self.locks / f"{key}.lock", wait)
+
+
+def _discard(path: Path) -> None:
+    """Remove whatever is at `path` (a file, a link, a pipe, a folder), if anything is."""
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def prune(root: Path, limit_mb: float, since: float) -> int:

@@ -21,6 +21,7 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
 from mkdocs.structure.files import get_files
 
+from lessonlib.engine.blocks import read_page
 from lessonlib.engine.cache import cache_errors, write_atomically
 from lessonlib.engine.config import LessonConfig, settings_from
 from lessonlib.engine.errors import LessonError, SetupError
@@ -80,7 +81,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         links = {str(extra) for extra in [*config.extra_css, *config.extra_javascript, *config.extra_templates]}
         for file in ours:
             if file.src_uri.endswith(".md"):
-                links |= linked(file.src_uri, Path(file.abs_src_path).read_text(encoding="utf-8"))
+                links |= linked(file.src_uri, self._read(file.abs_src_path))
         hidden = set(unpublished([(f.src_uri, f.is_documentation_page()) for f in ours], links))
         for file in [f for f in ours if f.src_uri in hidden]:
             files.remove(file)
@@ -91,7 +92,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         sources = []
         for file in get_files(config).documentation_pages():
             if file.src_uri.endswith(".md") and not file.inclusion.is_excluded():
-                sources.append((Path(file.abs_src_path).read_text(encoding="utf-8"), self._rel(file.abs_src_path)))
+                sources.append((self._read(file.abs_src_path), self._rel(file.abs_src_path)))
         try:
             results = execute_pages(sources, self.settings, report=log.info)
         except SetupError as e:
@@ -101,6 +102,12 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             raise PluginError("\n\n".join(map(str, errors)))
         self.results = {r.page.path: r for r in results}
         self._stage(config)
+
+    def _read(self, abs_src_path: str) -> str:
+        try:
+            return read_page(Path(abs_src_path), self._rel(abs_src_path))
+        except LessonError as e:
+            raise PluginError(str(e)) from None
 
     def _stage(self, config) -> None:
         """From here on MkDocs writes the site into a staging folder (it cleans that one)."""
@@ -117,7 +124,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         if not page.file.src_uri.endswith(".md"):  # a notebook page (mkdocs-jupyter renders it)
             return markdown
         path = self._rel(page.file.abs_src_path)
-        text = Path(page.file.abs_src_path).read_text(encoding="utf-8")
+        text = self._read(page.file.abs_src_path)
         # MkDocs hands over the page without its front matter: its first `offset` lines.
         offset = text.count("\n") - markdown.count("\n")
         result = self.results.get(path)

@@ -68,7 +68,7 @@ class Session:
         self.keep_going = keep_going
         self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
         self._where_they_stand: dict[int, str] = {}  # inline index -> its value right after the block before it
-        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure}
+        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure, _FORMAT: format}
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
         start_page()
@@ -93,8 +93,8 @@ class Session:
                 # exit() would end the page's process as if it had finished: a failure, said so.
                 message = f"the block called exit({e.code!r}): a page must run to its end"
                 raise self._located(e, message, block) from None
-            except Exception as e:
-                raise self._located(e, f"{type(e).__name__}: {e}{_suggestion(e)}", block) from None
+            except BaseException as e:  # KeyboardInterrupt and the like too: only the page raised them
+                raise self._located(e, _described(e, self.output_limit) + _suggestion(e), block) from None
         svgs, tables = svg.take_figures(), svg.take_tables()
         result = BlockOutput(output.getvalue(), [], tables, shown)
         if block.check and (result.text or svgs):
@@ -161,17 +161,25 @@ class Session:
         try:
             with random_state_kept():
                 return eval("f" + repr(block.options.get(option, "")), self.namespace)
-        except Exception as e:
-            raise LessonError(self.path, block.start + 1, f"{option}: {type(e).__name__}: {e}") from None
+        except BaseException as e:
+            raise LessonError(self.path, block.start + 1, f"{option}: {_described(e, self.output_limit)}") from None
 
     def value(self, inline: Inline) -> str:
         try:
-            code = compile("\n" * (inline.line - 1) + inline.expr, self.path, "eval")
+            lines = "\n" * (inline.line - 1)
+            compile(lines + inline.expr, self.path, "eval")  # its own syntax errors, unwrapped
+            # formatted inside the evaluated code: a __format__ that hangs leaves this line on the stack
+            code = compile(f"{lines}{_FORMAT}(({inline.expr}), {inline.spec!r})", self.path, "eval")
             with random_state_kept():
-                return format(eval(code, self.namespace), inline.spec)
-        except Exception as e:
-            message = f"inline value `{inline.source}`: {type(e).__name__}: {e}"
-            raise LessonError(self.path, inline.line, message) from None
+                text = eval(code, self.namespace)
+        except BaseException as e:
+            raise LessonError(self.path, inline.line,
+                              f"inline value `{inline.source}`: {_described(e, self.output_limit)}") from None
+        if len(text) > self.output_limit:
+            raise LessonError(self.path, inline.line, f"inline value `{inline.source}` has {len(text):,} characters, "
+                              f"more than the output limit of {self.output_limit / 1024:,.0f} KB "
+                              "(output_limit_kb in mkdocs.yml): show less")
+        return text
 
     def _run_exec(self, block: Block) -> None:
         source = "\n" * (block.first_line - 1) + block.code
@@ -214,12 +222,24 @@ class Session:
         frames = traceback.StackSummary.from_list(frames[first:])
         page_lines = [f.lineno for f in frames if f.filename == self.path]
         line = page_lines[-1] if page_lines else block.start + 1
-        if isinstance(exc, AssertionError) and not str(exc):
+        if isinstance(exc, AssertionError) and message == "AssertionError: ":
             message = f"assertion failed: {linecache.getline(self.path, line).strip()}"
         detail = "Traceback (most recent call last):\n" + "".join(frames.format()) if frames else ""
         if self.failed_asserts:  # keep_going: what failed before this stopped the page
             detail = "".join(f"{self.path}:{at}: earlier, {text}\n" for at, text in self.failed_asserts) + detail
         return LessonError(self.path, line, message, detail)
+
+
+def _described(error: BaseException, limit: int) -> str:
+    """'Type: message', also for an exception whose __str__ itself raises; a message longer than
+    the output limit is cut there."""
+    try:
+        text = str(error)
+    except Exception as inner:
+        text = f"<its message could not be made: {type(inner).__name__} in __str__>"
+    if len(text) > limit:
+        text = f"{text[:limit]} ... (cut: {len(text):,} characters, more than the output limit)"
+    return f"{type(error).__name__}: {text}"
 
 
 def _suggestion(error: BaseException) -> str:
@@ -235,6 +255,7 @@ def _suggestion(error: BaseException) -> str:
 
 
 _NOTE_FAILURE = "__lessonlib_assert_failed__"  # what a soft assert calls
+_FORMAT = "__lessonlib_format__"  # format(), out of the page's reach: inline values call it
 
 
 def _soft_asserts(source: str, path: str) -> ast.Module:

@@ -1,4 +1,4 @@
-"""Diagrams drawn by code for the sequences-to-attention lesson.
+"""Diagrams drawn by code for the sequences-to-attention and transformer lessons.
 
 One function per figure; each returns a matplotlib Figure on a white background, in the
 colour-blind-safe palette of lessonlib.figures.plots, with no randomness (the same call draws the same
@@ -269,4 +269,189 @@ def summary_table(evidence: Mapping[tuple[str, str], str] | None = None) -> Figu
             if note:
                 ax.text(x + cw / 2, y + 0.38, note, ha="center", va="center", fontsize=9,
                         color=PALETTE["blue"], style="italic", linespacing=1.1)
+    return fig
+
+
+BLOCK_PARTS = ("norm1", "self_attn", "norm2", "linear1", "linear2")  # Block's children, in the order x meets them
+
+
+def transformer_block(block) -> Figure:
+    """A pre-LN transformer block (lessonlib.models.transformer.Block, or any module with its parts),
+    drawn left to right along its residual stream.
+
+    The stream x (one vector of d numbers per position) runs along the bottom and is only added to,
+    twice: first by attention, which reads a LayerNorm'd copy (norm1 -> self_attn), then by the MLP,
+    which reads another (norm2 -> linear1 -> GELU -> linear2). Each box is labelled with the
+    block's own attribute name and the size it works at, read from `block`, so the picture cannot
+    drift from the code.
+    """
+    missing = [name for name in BLOCK_PARTS if not hasattr(block, name)]
+    if missing:
+        raise ValueError(f"not a transformer block: no {', '.join(missing)}")
+    d, d_ff = block.linear1.in_features, block.linear1.out_features
+    heads = getattr(block.self_attn, "heads", None)
+    attention = "attention" if heads is None else f"attention, {heads} head{'s' * (heads != 1)}"
+    arrow = "\u2192"
+    fig, ax = _canvas(17.5 * 0.6, 4.9 * 0.6, (-0.3, 17.2), (-1.35, 3.55))
+    y_stream, y_part, gap = 0.0, 1.75, 0.45
+    stream = PALETTE["blue"]
+
+    def row(start: float, widths: dict[str, float]) -> dict[str, tuple[float, float]]:
+        """Boxes left to right from `start`, `gap` apart: name -> (centre, width)."""
+        placed, left = {}, start
+        for name, w in widths.items():
+            placed[name] = (left + w / 2, w)
+            left += w + gap
+        return placed
+
+    def layer(name: str, what: str, colour: str) -> None:
+        x, w = parts[name]
+        _box(ax, x, y_part, w, 0.95, "", LIGHT[colour], PALETTE[colour])
+        ax.text(x, y_part + 0.2, name, ha="center", va="center", fontsize=10.5, color=TEXT, family="monospace")
+        ax.text(x, y_part - 0.2, what, ha="center", va="center", fontsize=9.5, color=TEXT)
+
+    def add(x: float) -> None:
+        ax.add_patch(Circle((x, y_stream), 0.27, facecolor="white", edgecolor=stream, linewidth=1.8, zorder=3))
+        ax.text(x, y_stream, "+", ha="center", va="center", fontsize=14, color=stream, zorder=4)
+
+    def branch(names: list[str], x_from: float, x_add: float, colour: str) -> None:
+        """Off the stream at x_from, up and through `names` in turn, then down into the addition at x_add."""
+        ax.plot([x_from, x_from], [y_stream, y_part], color=stream, linewidth=1.6)
+        first, last = parts[names[0]], parts[names[-1]]
+        _arrow(ax, (x_from, y_part), (first[0] - first[1] / 2, y_part), color=stream)
+        for a, b in zip(names, names[1:]):
+            _arrow(ax, (parts[a][0] + parts[a][1] / 2, y_part), (parts[b][0] - parts[b][1] / 2, y_part))
+        ax.plot([last[0] + last[1] / 2, x_add], [y_part, y_part], color=PALETTE[colour], linewidth=1.6)
+        _arrow(ax, (x_add, y_part), (x_add, y_stream + 0.27), color=PALETTE[colour])
+
+    split_1 = 0.55
+    parts = row(split_1 + gap, {"norm1": 1.8, "self_attn": 2.75})
+    add_1 = parts["self_attn"][0] + parts["self_attn"][1] / 2 + 0.7
+    split_2 = add_1 + 0.7
+    parts |= row(split_2 + gap, {"norm2": 1.8, "linear1": 1.6, "GELU": 1.0, "linear2": 1.6})
+    add_2 = parts["linear2"][0] + parts["linear2"][1] / 2 + 0.7
+    end = add_2 + 0.9
+
+    # the residual stream: in, two additions, out
+    ax.text(0.0, y_stream + 0.2, "x", ha="left", va="bottom", fontsize=11, color=TEXT, weight="bold")
+    ax.text(0.0, y_stream - 0.2, f"{d} numbers\nper position", ha="left", va="top", fontsize=9.5, color=TEXT)
+    _arrow(ax, (0.0, y_stream), (add_1 - 0.27, y_stream), color=stream, width=3)
+    _arrow(ax, (add_1 + 0.27, y_stream), (add_2 - 0.27, y_stream), color=stream, width=3)
+    _arrow(ax, (add_2 + 0.27, y_stream), (end, y_stream), color=stream, width=3)
+    add(add_1)
+    add(add_2)
+    ax.text(end, y_stream + 0.2, "x", ha="right", va="bottom", fontsize=11, color=TEXT, weight="bold")
+    ax.text((split_1 + end) / 2 + 0.6, y_stream - 0.8,
+            "residual stream: each part's output is added to x, never put in its place",
+            ha="center", va="center", fontsize=10, color=stream, style="italic")
+
+    # attention: tokens exchange information
+    layer("norm1", "LayerNorm", "grey")
+    layer("self_attn", attention, "vermillion")
+    branch(["norm1", "self_attn"], split_1, add_1, "vermillion")
+    ax.text(parts["self_attn"][0], y_part + 0.85, "attention: between positions", ha="center", va="center", fontsize=10,
+            color=TEXT, style="italic")
+
+    # the MLP: each position alone, d -> d_ff -> d
+    layer("norm2", "LayerNorm", "grey")
+    layer("linear1", f"{d} {arrow} {d_ff}", "green")
+    _box(ax, parts["GELU"][0], y_part, parts["GELU"][1], 0.95, "GELU", "white", TEXT, fontsize=10)
+    layer("linear2", f"{d_ff} {arrow} {d}", "green")
+    branch(["norm2", "linear1", "GELU", "linear2"], split_2, add_2, "green")
+    mlp_left = parts["linear1"][0] - parts["linear1"][1] / 2 - 0.2
+    mlp_right = parts["linear2"][0] + parts["linear2"][1] / 2 + 0.2
+    ax.add_patch(FancyBboxPatch((mlp_left, y_part - 0.65), mlp_right - mlp_left, 1.3,
+                                boxstyle="round,pad=0,rounding_size=0.15", fill=False, edgecolor=PALETTE["green"],
+                                linewidth=1.2, linestyle=(0, (4, 3)), label="MLP"))
+    ax.text((mlp_left + mlp_right) / 2, y_part + 0.85, "MLP: each position alone", ha="center", va="center",
+            fontsize=10, color=TEXT, style="italic")
+    return fig
+
+
+def qkv_shapes(n: int, d: int, d_k: int) -> Figure:
+    """Self-attention's matrices as boxes in proportion to their shapes, one cell per number.
+
+    Left, the three maps of one sequence: X (n, d) times W_q^T, W_k^T, W_v^T (each (d, d_k)) gives
+    Q, K and V (each (n, d_k)). Right, attention: Q times K^T gives the (n, n) scores; a softmax over
+    each row (after dividing by sqrt(d_k)) turns them into weights, each row summing to 1; the
+    weights times V give the output (n, d_k). The page passes the sizes of its own tensors.
+    Every box is a Rectangle labelled "matrix NAME", NAME as written above it.
+    """
+    if min(n, d, d_k) < 1:
+        raise ValueError(f"sizes must be positive, got n={n}, d={d}, d_k={d_k}")
+    u = min(0.22, 2.2 / max(n, d, d_k))  # side of one cell
+    tallest = max(n, d, d_k) * u
+    row_h = tallest + 1.25
+    op_w = 0.7
+    qkv = {"Q": ("q", "vermillion"), "K": ("k", "green"), "V": ("v", "purple")}
+
+    def matrix(left: float, y: float, rows: int, cols: int, name: str, colour: str,
+               shaded_row: int | None = None) -> float:
+        """Draw a rows x cols box whose left edge is at `left`, centred on y; return its right edge."""
+        w, h = cols * u, rows * u
+        bottom = y - h / 2
+        ax.add_patch(Rectangle((left, bottom), w, h, facecolor=LIGHT[colour], edgecolor=PALETTE[colour],
+                               linewidth=1.5, label=f"matrix {name}", zorder=2))
+        if shaded_row is not None:  # one row picked out, counted from the top
+            ax.add_patch(Rectangle((left, bottom + h - (shaded_row + 1) * u), w, u, facecolor=PALETTE[colour],
+                                   alpha=0.45, edgecolor="none", zorder=2))
+        for i in range(1, rows):
+            ax.plot([left, left + w], [bottom + i * u] * 2, color=PALETTE[colour], linewidth=0.4, alpha=0.6, zorder=3)
+        for j in range(1, cols):
+            ax.plot([left + j * u] * 2, [bottom, bottom + h], color=PALETTE[colour], linewidth=0.4, alpha=0.6, zorder=3)
+        ax.text(left + w / 2, bottom + h + 0.12, name, ha="center", va="bottom", fontsize=11.5, color=TEXT)
+        ax.text(left + w / 2, bottom - 0.12, f"{rows} \u00d7 {cols}", ha="center", va="top", fontsize=9.5,
+                color=TEXT)
+        return left + w
+
+    def op(x: float, y: float, symbol: str) -> float:
+        ax.text(x + op_w / 2, y, symbol, ha="center", va="center", fontsize=22 if symbol == "\u00b7" else 15,
+                color=TEXT, weight="bold")
+        return x + op_w
+
+    left_w = d * u + d_k * u + d_k * u + 2 * op_w
+    right_x = left_w + 1.4
+    right_w = max(d_k * u + n * u + n * u, n * u + 2.6 + n * u, n * u + d_k * u + d_k * u) + 2 * op_w
+    width = right_x + right_w
+    top = 0.9
+    bottom = -3 * row_h - 0.45
+    fig, ax = _canvas((width + 0.4) * 0.72, (top - bottom + 0.2) * 0.72, (-0.2, width + 0.2), (bottom, top))
+    ax.text(left_w / 2, top - 0.3, "three maps of one sequence", ha="center", va="center", fontsize=11,
+            color=TEXT, weight="bold")
+    ax.text(right_x + right_w / 2, top - 0.3, "attention", ha="center", va="center", fontsize=11,
+            color=TEXT, weight="bold")
+    ys = [-(k + 0.5) * row_h + 0.15 for k in range(3)]
+
+    # left: X W^T = Q, K, V
+    for y, (name, (sub, colour)) in zip(ys, qkv.items()):
+        x = matrix(0.0, y, n, d, "$X$", "sky")
+        x = op(x, y, "\u00b7")
+        x = matrix(x, y, d, d_k, f"$W_{sub}^\\top$", "grey")
+        x = op(x, y, "=")
+        matrix(x, y, n, d_k, f"${name}$", colour)
+
+    # right: Q K^T = scores; softmax of each row = weights; weights V = output
+    y = ys[0]
+    x = matrix(right_x, y, n, d_k, "$Q$", "vermillion")
+    x = op(x, y, "\u00b7")
+    x = matrix(x, y, d_k, n, "$K^\\top$", "green")
+    x = op(x, y, "=")
+    matrix(x, y, n, n, "scores", "orange")
+    y = ys[1]
+    x = matrix(right_x, y, n, n, "scores", "orange")
+    _arrow(ax, (x + 0.15, y), (x + 2.45, y))
+    ax.text(x + 1.3, y + 0.12, f"\u00f7 \u221a{d_k}, then\nsoftmax of\neach row", ha="center", va="bottom",
+            fontsize=9.5, color=TEXT, linespacing=1.1)
+    x = matrix(x + 2.6, y, n, n, "weights", "orange", shaded_row=0)
+    ax.text(x + 0.12, y + n * u / 2 - u / 2, "\u2190 each row\nsums to 1", ha="left", va="center", fontsize=9,
+            color=TEXT, linespacing=1.1)
+    y = ys[2]
+    x = matrix(right_x, y, n, n, "weights", "orange")
+    x = op(x, y, "\u00b7")
+    x = matrix(x, y, n, d_k, "$V$", "purple")
+    x = op(x, y, "=")
+    matrix(x, y, n, d_k, "output", "blue")
+    ax.text(0.0, bottom + 0.05, "one cell per number; X, Q, K, V, the scores, the weights and the output "
+            "have one row per position", ha="left", va="bottom",
+            fontsize=9.5, color=PALETTE["grey"], style="italic")
     return fig
