@@ -119,7 +119,7 @@ class PageCache:
         """The stored entry, or None when absent, truncated or corrupt (a bad entry is removed)."""
         path = self.root / f"{key}.json"
         if not path.is_file():  # absent, or a folder or a pipe in its place: a miss (reading a pipe would hang)
-            _discard(path)
+            discard(path)
             return None
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
@@ -148,7 +148,7 @@ class PageCache:
         return file_lock(self.locks / f"{key}.lock", wait)
 
 
-def _discard(path: Path) -> None:
+def discard(path: Path) -> None:
     """Remove whatever is at `path` (a file, a link, a pipe, a folder), if anything is."""
     with contextlib.suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():
