@@ -20,10 +20,11 @@ import io
 import ipaddress
 import json
 import pickle
+import re
 import tokenize
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from urllib.parse import urlsplit
+from pathlib import Path, PurePosixPath
+from urllib.parse import urljoin, urlsplit
 
 from nbformat import NotebookNode, from_dict, v4
 
@@ -86,6 +87,11 @@ class Install:
     """Where a published notebook installs lessonlib from."""
     downloads: str  # the URL of the site's downloads/ folder, ending in "/"
     wheel: str  # the wheel's file name there
+    docs: str = "docs"  # the docs folder, relative to the project: its pages' links are made absolute
+
+    @property
+    def site(self) -> str:
+        return urljoin(self.downloads, "../")
 
 
 def install_cell(install: Install) -> NotebookNode:
@@ -93,13 +99,43 @@ def install_cell(install: Install) -> NotebookNode:
     return _code(INSTALL.format(downloads=install.downloads, wheel=install.wheel, constraints=CONSTRAINTS), "install")
 
 
-def published_exercise(text: str, install: Install) -> str:
-    """An exercise notebook as the site offers it: as written, after the install cell."""
+def published_exercise(text: str, install: Install, src_uri: str) -> str:
+    """An exercise notebook (at `src_uri` in the docs folder) as the site offers it: as written,
+    after the install cell, its links leading to the site's pages."""
     notebook = v4.reads(text)
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            cell.source = site_links(cell.source, src_uri, install.site)
     cell = install_cell(install)
     cell.id = "install"
     notebook.cells.insert(0, cell)
     return v4.writes(notebook)
+
+
+_LINK = re.compile(r"\]\(([^()\s]+)\)")  # [text](target) and ![alt](target)
+
+
+def site_links(markdown: str, src_uri: str, site: str) -> str:
+    """Relative links of the page at `src_uri` (in the docs folder) as the site's absolute URLs,
+    so that a notebook read away from the site still reaches the pages it names: `x.md#a` from
+    the page's folder (as MkDocs resolves it, to x/#a), any other relative link from the page's URL."""
+    source = PurePosixPath(src_uri)
+    page = source.parent if source.stem == "index" else source.with_suffix("")
+    page_url = urljoin(site, f"{page.as_posix()}/") if page.as_posix() != "." else site
+    folder_url = urljoin(site, f"{source.parent.as_posix()}/") if source.parent.as_posix() != "." else site
+
+    def absolute(link: re.Match[str]) -> str:
+        target = link.group(1)
+        if urlsplit(target).scheme:
+            return link.group(0)
+        path, hash_, anchor = target.partition("#")
+        if path.endswith(".md"):
+            name = PurePosixPath(path)
+            path = (name.parent if name.stem == "index" else name.with_suffix("")).as_posix() + "/"
+            return f"]({urljoin(folder_url, path.removeprefix('./'))}{hash_}{anchor})"
+        return f"]({urljoin(page_url, target)})"
+
+    return _LINK.sub(absolute, markdown)
 
 
 def colab_url(site_url: str, repo_url: str, branch: str, path: str) -> str | None:
@@ -161,8 +197,12 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install 
     prose: list[str] = []
     line = 0
 
+    src_uri = PurePosixPath(page.path).relative_to(install.docs).as_posix() if install else ""
+
     def flush() -> None:
         text = "".join(prose).strip()
+        if text and install:  # published: links lead to the site's pages
+            text = site_links(text, src_uri, install.site)
         if text:
             cells.append(from_dict({"cell_type": "markdown", "metadata": {}, "source": text}))
         prose.clear()
