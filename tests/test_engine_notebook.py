@@ -97,6 +97,18 @@ def test_a_published_notebooks_links_lead_to_the_sites_pages(tmp_path):
     assert cells[1].source == "[the lesson](http://a/course/lessons/rnn/#memory-task)"
 
 
+EXERCISES = sorted((ROOT / "docs" / "lessons").glob("exercise-*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", EXERCISES, ids=[p.stem for p in EXERCISES])
+def test_an_exercise_states_its_one_set_up_path_in_its_first_cell(notebook):
+    cells = nbformat.read(notebook, as_version=4).cells
+    assert cells[0].cell_type == "markdown" and "**Set-up:**" in cells[0].source
+    assert "first cell installs" in cells[0].source and "./scripts/build" in cells[0].source
+    text = "".join(c.source for c in cells)
+    assert text.count("**Set-up:**") == 1 and "pip install -e" not in text, "one set-up path, stated once"
+
+
 def test_the_install_cell_says_in_one_line_that_the_site_cannot_be_reached(tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
