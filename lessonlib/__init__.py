@@ -12,7 +12,7 @@ from __future__ import annotations
 from lessonlib import device  # callable: lessonlib.device() is the device; lessonlib.device.cpus() too
 from lessonlib.progress import progress
 
-__all__ = ["claim", "device", "figure_data", "memo", "progress", "start_page"]
+__all__ = ["claim", "device", "figure_data", "memo", "memoized", "progress", "start_page"]
 
 
 def __getattr__(name: str):
@@ -24,6 +24,10 @@ def __getattr__(name: str):
         from lessonlib.engine.memo import memo
 
         return memo
+    if name == "memoized":  # a block's memo="..." option, as an exported notebook runs it
+        from lessonlib.engine.shown import memoized
+
+        return memoized
     if name == "figure_data":  # with matplotlib: only pages that draw need it
         from lessonlib.engine.svg import figure_data
 

@@ -245,7 +245,7 @@ def wait_for(url: str, ready, timeout: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lesson", type=Path, default=ROOT / "docs/lessons/sequences-to-attention.md")
+    parser.add_argument("--lesson", type=Path, default=ROOT / "docs/lessons/recurrent-networks.md")
     parser.add_argument("--skip-serve", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each quick (warm) row; its median is printed")
     parser.add_argument("--serve-only", action="store_true", help="only the floor and the serve reload")

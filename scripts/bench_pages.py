@@ -41,7 +41,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page_runs import ROOT, compare, seconds_per_page  # noqa: E402
 
-LESSONS = ("docs/lessons/sequences-to-attention.md", "docs/lessons/transformer.md",
+LESSONS = ("docs/lessons/recurrent-networks.md", "docs/lessons/gates-and-attention.md", "docs/lessons/transformer.md",
            "docs/lessons/sequence-models.md", "docs/lessons/language-model.md")
 COMPUTED = re.compile(r"(\S+): computed in ([\d.]+) s")
 RAN = re.compile(r"(docs/\S+\.md): ran \d+ blocks in [\d.]+ s")

@@ -14,3 +14,4 @@ if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" > .venv/.installed
 fi
 export NO_MKDOCS_2_WARNING=1
+export DISABLE_MKDOCS_2_WARNING=true  # the same banner, from properdocs (which mkdocs-redirects requires)

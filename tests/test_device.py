@@ -4,9 +4,10 @@ from __future__ import annotations
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
+import pytest
 import torch
 
-from lessonlib.device import steady_cpu
+from lessonlib.device import device, steady_cpu
 
 
 def _tiny_product(steady: bool) -> tuple[float, int]:
@@ -25,3 +26,9 @@ def test_steady_cpu_flushes_subnormals_and_uses_one_thread_in_a_fresh_process():
         steady, threads = fresh.submit(_tiny_product, True).result()
     assert plain > 0, "a fresh process computes the subnormal"
     assert steady == 0.0 and threads == 1
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_device_variable_is_unset_as_every_other_switch_is(monkeypatch, value):
+    monkeypatch.setenv("LESSONLIB_DEVICE", value)
+    assert device() == torch.device("cpu")

@@ -307,6 +307,19 @@ def test_the_build_terminal_says_what_each_computed_call_cost_and_nothing_for_a_
     assert "computed in" not in capfd.readouterr().err, "a reused result was computed before, not now"
 
 
+@pytest.mark.parametrize("damage", ["a folder", "a pipe"])
+def test_a_memoized_entry_that_is_not_a_regular_file_is_a_miss(tmp_path, settings, experiment, damage):
+    log = tmp_path / "log"
+    execute_page(memo_page(log), PATH, settings)
+    for entry in (settings.cache_dir / "memo").glob("*.json"):  # reading a pipe would hang the page
+        entry.unlink()
+        entry.mkdir() if damage == "a folder" else os.mkfifo(entry)
+    execute_page(memo_page(log, later="x = 1"), PATH, settings)
+    assert runs(log) == 2
+    execute_page(memo_page(log, later="x = 2"), PATH, settings)
+    assert runs(log) == 2, "stored again in its place"
+
+
 def test_memo_reruns_when_a_helper_module_it_calls_changes(tmp_path, settings, experiment):
     log = tmp_path / "log"
     execute_page(memo_page(log), PATH, settings)

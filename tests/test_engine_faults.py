@@ -142,3 +142,12 @@ def test_a_page_that_is_not_utf8_is_one_line_naming_it_in_every_door(tmp_path, b
     for run in (build(site), lessonlib_cli(site, "run", "docs/latin.md"), lessonlib_cli(site, "check", "docs/latin.md")):
         assert run.returncode != 0
         assert where in run.stderr + run.stdout and "Traceback" not in run.stderr, run.stderr
+
+
+def test_a_helper_named_like_a_module_the_build_loaded_is_one_line_at_its_import(tmp_path, settings):
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    (tmp_path / "docs" / "code.py").write_text("WHO = 'the helper'\n")  # `code` is loaded before any page runs
+    (tmp_path / "docs" / "mine.py").write_text("WHO = 'mine'\n")
+    page = "# t\n\n```python exec\nimport mine\nprint(mine.WHO)\nimport code\nprint(code.WHO)\n```\n"
+    error = str(execute_pages([(page, PATH)], settings)[0])
+    assert error.startswith(f"{PATH}:6: the helper code.py beside the page has the name of the module `code`"), error

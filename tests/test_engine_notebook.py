@@ -76,8 +76,37 @@ def test_a_published_notebook_installs_lessonlib_from_its_site_first(tmp_path):
     texts = [notebook_text(result.page, result.outputs, "key", store, site) for site in (here, there, here)]
     assert texts[0] != texts[1] and texts[0] == texts[2], "a notebook kept for one site must not be offered by another"
     exercise = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
-    cells = nbformat.reads(published_exercise(nbformat.writes(exercise), here), as_version=4).cells
+    cells = nbformat.reads(published_exercise(nbformat.writes(exercise), here, "lessons/ex.ipynb"), as_version=4).cells
     assert [c.metadata.get("tags") for c in cells] == [["install"], None] and cells[0].source == install.source
+
+
+LINKS = "See [the LSTM](gates-and-attention.md#lstm), [home](../index.md), [above](#top), [a figure](fig.svg) and [PyTorch](https://pytorch.org/)."
+
+
+def test_a_published_notebooks_links_lead_to_the_sites_pages(tmp_path):
+    (tmp_path / "docs" / "lessons").mkdir(parents=True)
+    result = execute_page(f"{LINKS}\n\n```python exec\nx = 1\n```\n", "docs/lessons/rnn.md", Settings(root=tmp_path))
+    site = Install("http://a/course/downloads/", "lessonlib-0.1.0-py3-none-any.whl")
+    expected = ("See [the LSTM](http://a/course/lessons/gates-and-attention/#lstm), [home](http://a/course/), "
+                "[above](http://a/course/lessons/rnn/#top), [a figure](http://a/course/lessons/rnn/fig.svg) and "
+                "[PyTorch](https://pytorch.org/).")
+    assert to_notebook(result.page, result.outputs, site).cells[2].source == expected
+    assert to_notebook(result.page, result.outputs).cells[1].source == LINKS, "in the repository, links stay as written"
+    exercise = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("[the lesson](../rnn/#memory-task)")])
+    cells = nbformat.reads(published_exercise(nbformat.writes(exercise), site, "lessons/ex.ipynb"), as_version=4).cells
+    assert cells[1].source == "[the lesson](http://a/course/lessons/rnn/#memory-task)"
+
+
+EXERCISES = sorted((ROOT / "docs" / "lessons").glob("exercise-*.ipynb"))
+
+
+@pytest.mark.parametrize("notebook", EXERCISES, ids=[p.stem for p in EXERCISES])
+def test_an_exercise_states_its_one_set_up_path_in_its_first_cell(notebook):
+    cells = nbformat.read(notebook, as_version=4).cells
+    assert cells[0].cell_type == "markdown" and "**Set-up:**" in cells[0].source
+    assert "first cell installs" in cells[0].source and "./scripts/build" in cells[0].source
+    text = "".join(c.source for c in cells)
+    assert text.count("**Set-up:**") == 1 and "pip install -e" not in text, "one set-up path, stated once"
 
 
 def test_the_install_cell_says_in_one_line_that_the_site_cannot_be_reached(tmp_path):

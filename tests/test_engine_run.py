@@ -425,3 +425,23 @@ def test_a_check_block_that_prints_or_draws_is_an_error():
 
 def test_a_page_without_check_blocks_has_no_list_of_checks():
     assert "How this page checks" not in run("```python exec\nassert True\n```\n").markdown
+
+
+def test_an_unclosed_fence_is_located_at_its_opening_line():
+    page = "# t\n\nIntro.\n\n```python exec\nx = 1\n\nProse the block swallowed: it is not code.\n"
+    assert str(error_of(page)).startswith(f"{PATH}:5: this block's fence is never closed")
+
+
+def test_the_output_limit_covers_inline_values_and_error_messages():
+    big = "```python exec\nbig = 'x' * 5000\n```\n\nvalue `{py} len(big)`, then `{py} big`\n"
+    assert str(error_of(big, output_limit_kb=1)).startswith(f"{PATH}:5: inline value `big` has 5,000 characters, "
+                                                           "more than the output limit of 1 KB")
+    error = str(error_of("```python exec\nraise ValueError('y' * 50_000)\n```\n", output_limit_kb=1))
+    assert error.startswith(f"{PATH}:2: ValueError: yyy") and len(error) < 2_000
+    assert "cut: 50,000 characters" in error
+
+
+def test_an_inline_value_that_hangs_times_out_at_its_own_line():
+    page = ("```python exec\nclass Loop:\n    def __format__(self, spec):\n        while True:\n            pass\n\n"
+            "x = Loop()\n```\n\nThe value `{py} x` never comes.\n")
+    assert str(error_of(page, timeout=0.5)).startswith(f"{PATH}:10: ")

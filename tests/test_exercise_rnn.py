@@ -48,25 +48,25 @@ def test_notebook_is_published_clean():
         tagged(nb, tag)  # exactly one of each
     first = nb.cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# Exercise: write the recurrent network yourself")
-    assert "**What you need:**" in first.source and "pip install -e ." in first.source
+    assert "**Set-up:**" in first.source and "./scripts/build" in first.source
 
 
 def test_the_site_lists_it_after_the_first_lesson():
     nav = (NOTEBOOK.parents[2] / "mkdocs.yml").read_text(encoding="utf-8")
-    assert ('- From sequences to attention: lessons/sequences-to-attention.md\n'
+    assert ('- "Recurrent networks and the vanishing gradient": lessons/recurrent-networks.md\n'
             '      - "Exercise: write the recurrent network yourself": lessons/exercise-rnn.ipynb\n') in nav
 
 
 def test_its_links_reach_a_lesson_and_its_anchor():
-    """A notebook's Markdown is not rewritten as a page's is: a link is the built site's address,
-    ../page/#anchor, and must name a lesson that exists and an anchor it defines."""
+    """Links are written as in a lesson, page.md#anchor from the notebook's folder (the site and
+    the download lead them to the page): each must name a lesson that exists and an anchor it defines."""
     nb = notebook_cells.load(NOTEBOOK)
     links = re.findall(r"\]\(([^)]+)\)", "".join(c.source for c in nb.cells if c.cell_type == "markdown"))
     assert links, "the notebook links the lesson it builds on"
     for link in links:
-        match = re.fullmatch(r"\.\./([\w-]+)/(?:#([\w-]+))?", link)
-        assert match, f"{link}: write a link as the built site's address, ../page/#anchor"
-        page = NOTEBOOK.parent / f"{match.group(1)}.md"
+        match = re.fullmatch(r"([\w-]+\.md)(?:#([\w-]+))?", link)
+        assert match, f"{link}: write a link as a lesson writes it, page.md#anchor"
+        page = NOTEBOOK.parent / match.group(1)
         assert page.exists(), f"{link}: no lesson {page.name}"
         if match.group(2):
             assert "{#" + match.group(2) + "}" in page.read_text(encoding="utf-8"), f"{link}: no such anchor"

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import nbformat
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -41,6 +42,12 @@ def site_pages() -> list[str]:
         rel = path.relative_to(docs).with_suffix("").as_posix()
         pages.append("" if rel == "index" else f"{rel}/")
     return pages
+
+
+def redirect_pages() -> list[str]:
+    """The old addresses that redirect (moved.yml's pages; mkdocs-redirects writes a page at each)."""
+    moved = yaml.safe_load((ROOT / "moved.yml").read_text())
+    return [Path(old).with_suffix("").as_posix() + "/" for old in moved["pages"]]
 
 
 @pytest.fixture(scope="session")
@@ -163,7 +170,22 @@ def test_the_built_site_has_exactly_these_pages(site):
         "" if p.parent == site.path else p.parent.relative_to(site.path).as_posix() + "/"
         for p in site.path.rglob("index.html")
     )
-    assert built == sorted(site_pages())
+    assert built == sorted(site_pages() + redirect_pages())
+
+
+@pytest.mark.parametrize("anchor, lesson", [("", "recurrent-networks"), ("gradient-reach", "recurrent-networks"),
+                                            ("summary", "recurrent-networks"), ("lstm", "gates-and-attention"),
+                                            ("attention", "gates-and-attention")])
+def test_lesson_1s_old_address_leads_to_the_lesson_that_holds_the_section(reader, base_url, anchor, lesson):
+    """moved.yml: the old page redirects to the first new lesson, keeping the anchor, and an anchor
+    whose section moved to the second lesson is sent on there (docs/javascripts/moved-anchors.js)."""
+    hash_ = f"#{anchor}" if anchor else ""
+    reader.page.goto(base_url + "lessons/sequences-to-attention/" + hash_)
+    reader.page.wait_for_url(base_url + f"lessons/{lesson}/" + hash_)
+    reader.wait_ready()
+    if anchor:
+        assert reader.page.locator(f"[id='{anchor}']").count() == 1
+    assert not reader.errors, reader.errors
 
 
 def article_images(page) -> list[dict]:
@@ -274,7 +296,7 @@ def test_search_finds_the_forget_gate(reader, base_url):
     assert "forget gate" in page.inner_text(".md-search-result").lower()
 
 
-WALKTHROUGH = "lessons/sequences-to-attention/"
+WALKTHROUGH = "lessons/gates-and-attention/"
 
 
 def walkthrough_state(page) -> dict:
@@ -366,10 +388,10 @@ def test_walkthrough_table_alone_without_javascript(new_reader, base_url):
 def test_walkthrough_works_after_instant_navigation(reader, base_url):
     page = reader.open(base_url + WALKTHROUGH)
     page.evaluate("window.__no_reload = true")
-    page.click("a.md-footer__link--prev")  # the previous page, Home
-    page.wait_for_url(base_url)
+    page.click("a.md-footer__link--prev")  # the previous page, the recurrent-networks lesson, which links to it
+    page.wait_for_url(base_url + "lessons/recurrent-networks/")
     reader.wait_ready()
-    page.locator(f"article a[href$='{WALKTHROUGH.rstrip('/')}/']").first.click()
+    page.locator(f"article a[href$='{WALKTHROUGH.removeprefix('lessons/').rstrip('/')}/']").first.click()
     page.wait_for_url(base_url + WALKTHROUGH)
     reader.wait_ready()
     assert page.evaluate("window.__no_reload === true"), "navigation reloaded the page: instant loading is off"
@@ -394,8 +416,8 @@ def test_an_exercise_reached_by_instant_navigation_has_its_notebook_styles(reade
 # Explorations (lessonlib/figures/exploration.py): where each is, by its control's label, and the
 # keys that move it (a range input and a radio group take the arrow keys natively).
 EXPLORATIONS = {
-    "radius": ("lessons/sequences-to-attention/", "Spectral radius of W_h"),
-    "forget-bias": ("lessons/sequences-to-attention/", "Forget-gate bias, each of the two vectors"),
+    "radius": ("lessons/recurrent-networks/", "Spectral radius of W_h"),
+    "forget-bias": ("lessons/gates-and-attention/", "Forget-gate bias, each of the two vectors"),
     "query": ("lessons/transformer/", "Query (position)"),
     "causal-mask": ("lessons/transformer/", "Causal mask"),
     "authors-example": ("writing-lessons/", "Power"),

@@ -16,7 +16,8 @@ from lessonlib.engine import options as checks
 from lessonlib.engine.errors import LessonError, SetupError
 
 FLAGS = {"check", "hide-code", "hide-output", "html", "timing"}
-KEYED = {"alt", "caption", "timeout"}
+KEYED = {"alt", "caption", "memo", "timeout"}
+SOURCE = "source"  # ```python source="module:object"```: that object's code, shown as the page runs it
 
 # Code spans are matched whole, so `` `{py} x` `` (double backticks) shows the syntax literally;
 # an inline value is a single-backtick span `{py} expr` or `{py} expr:spec`, and a deliberate
@@ -30,8 +31,8 @@ _FORMAT_SPEC = re.compile(r"(?:.?[<>=^])?[-+ ]?z?#?0?\d*[,_]?(?:\.\d+)?[bcdeEfFg
 
 @dataclass(frozen=True)
 class Block:
-    kind: str  # "exec" or "pycon"
-    code: str  # dedented source
+    kind: str  # "exec", "pycon" or "source"
+    code: str  # dedented source (a source block has none: its code is the object's)
     options: dict[str, str] = field(hash=False)
     start: int  # 0-based index of the opening fence line
     end: int  # 0-based index one past the closing fence line
@@ -102,6 +103,12 @@ def parse_page(text: str, path: str) -> ParsedPage:
         for i in range(start, min(end, len(lines))):
             prose[i] = False
         kind, options = _classify(token.info, path, start + 1)
+        if kind and not _closes(token.markup, lines[start + 1 : end]):
+            raise LessonError(path, start + 1, f"this block's fence is never closed, so the rest of the page "
+                              f"became its code: end the block with a line {token.markup}")
+        if kind == SOURCE and token.content.strip():
+            raise LessonError(path, start + 1, "a source block shows the code of the object it names: "
+                              "leave it empty (code to run goes in a ```python exec block)")
         if kind:
             fence_line = lines[start]
             indent = fence_line[: len(fence_line) - len(fence_line.lstrip())]
@@ -135,13 +142,24 @@ def literal_text(span: re.Match[str]) -> str | None:
 # A fence that means to run but would be shown as plain code: `py exec`, `{python exec}`,
 # `python3 exec`, `python hide-code` (exec forgotten) ...
 _LOOKS_EXECUTABLE = re.compile(
-    r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:alt|caption|timeout)=)", re.I)
+    r"\bexec\b|^\W*py\w*\b.*(?:\b(?:" + "|".join(map(re.escape, FLAGS)) + r")\b|\b(?:"
+    + "|".join(sorted(KEYED | {SOURCE})) + r")=)", re.I)
+_DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
+
+
+def _closes(markup: str, body: list[str]) -> bool:
+    """The fence's last line closes it (``` or longer, nothing else): markdown-it ends an
+    unclosed fence where its container ends, taking the prose after it as code."""
+    last = body[-1].strip() if body else ""
+    return last.startswith(markup) and set(last) == {markup[0]}
 
 
 def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, str]]:
     words = info.split(maxsplit=2)
     if words[:1] == ["pycon"]:
         return "pycon", {}
+    if words[:1] == ["python"] and words[1:2] and words[1].startswith(f"{SOURCE}="):
+        return SOURCE, {SOURCE: _source_target(info.split(maxsplit=1)[1], path, line)}
     if words[:2] != ["python", "exec"]:
         if _LOOKS_EXECUTABLE.search(info):
             raise LessonError(path, line, f"this fence ({info.strip()!r}) looks like a block to run but is not one: "
@@ -161,12 +179,29 @@ def _classify(info: str, path: str, line: int) -> tuple[str | None, dict[str, st
         else:
             known = ", ".join(sorted(FLAGS) + [f"{k}=..." for k in sorted(KEYED)])
             raise LessonError(path, line, f"unknown block option {item!r} (known: {known})")
+    if "memo" in options and not all(map(_DOTTED.fullmatch, options["memo"].split() or [""])):
+        raise LessonError(path, line, f"memo={options['memo']!r} must name the callables to memoize, separated by "
+                          'spaces, as the block calls them: memo="memory_task.sweep train"')
     if "timeout" in options:
         try:
             checks.positive("timeout", options["timeout"], "seconds")
         except SetupError as e:
             raise LessonError(path, line, str(e)) from None
     return "exec", options
+
+
+def _source_target(rest: str, path: str, line: int) -> str:
+    """The `module:object` a source block names (object: a dotted name inside the module)."""
+    try:
+        items = shlex.split(rest)
+    except ValueError as e:
+        raise LessonError(path, line, f"cannot read the options of this block: {e}") from None
+    target = items[0].removeprefix(f"{SOURCE}=")
+    module, colon, name = target.partition(":")
+    if len(items) > 1 or not (colon and _DOTTED.fullmatch(module) and _DOTTED.fullmatch(name)):
+        raise LessonError(path, line, f"{' '.join(items)!r}: a source block takes one option, "
+                          'source="module:object", e.g. source="lessonlib.experiments.gradient_reach:reach"')
+    return target
 
 
 def _inline(source: str, line: int) -> Inline:

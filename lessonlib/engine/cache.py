@@ -34,7 +34,7 @@ from lessonlib.engine.blocks import ParsedPage, parse_page
 from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import SetupError
 from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs
+from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
 
 FORMAT = 5  # bump when the stored layout or the rendering contract changes
 ENGINE = Path(__file__).parent
@@ -119,14 +119,15 @@ class PageCache:
         """The stored entry, or None when absent, truncated or corrupt (a bad entry is removed)."""
         path = self.root / f"{key}.json"
         if not path.is_file():  # absent, or a folder or a pipe in its place: a miss (reading a pipe would hang)
-            _discard(path)
+            discard(path)
             return None
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
             payload = entry["payload"]
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
-            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]])
+            blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]],
+                                  Source(**b["source"]) if b.get("source") else None)
                       for b in payload["blocks"]]
             touch(path)
             return Entry(PageOutputs(blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
@@ -147,7 +148,7 @@ class PageCache:
         return file_lock(self.locks / f"{key}.lock", wait)
 
 
-def _discard(path: Path) -> None:
+def discard(path: Path) -> None:
     """Remove whatever is at `path` (a file, a link, a pipe, a folder), if anything is."""
     with contextlib.suppress(FileNotFoundError):
         if path.is_dir() and not path.is_symlink():

@@ -84,7 +84,7 @@ class Settings:
             execute=self.execute and switches.get(EXECUTE, True),
             refresh=self.refresh or switches.get(REFRESH, False),
             workers=options.whole_number(WORKERS, env[WORKERS]) if env[WORKERS] else self.workers,
-            device=env[DEVICE] or self.device,
+            device=env[DEVICE].strip() or self.device,
             perturb=tuple(p.strip() for p in env[PERTURB].split(",") if p.strip()) or self.perturb,
         )
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from lessonlib.engine.cache import (
     cache_errors,
+    discard,
     environment_fingerprint,
     file_lock,
     source_fingerprint,
@@ -259,6 +260,10 @@ class _Tee:
 
 
 def _valid_entry(store: MemoStore, entry_path: Path, result_path: Path) -> dict | None:
+    for path in (entry_path, result_path):
+        if not path.is_file():  # absent, or a folder or a pipe in its place (reading a pipe would hang)
+            discard(path)
+            return None
     try:
         entry = json.loads(entry_path.read_text(encoding="utf-8"))
         if hashlib.sha256(result_path.read_bytes()).hexdigest() != entry["result_sha256"]:

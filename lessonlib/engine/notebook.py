@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import io
 import ipaddress
 import json
 import pickle
+import re
+import tokenize
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from urllib.parse import urlsplit
+from pathlib import Path, PurePosixPath
+from urllib.parse import urljoin, urlsplit
 
 from nbformat import NotebookNode, from_dict, v4
 
-from lessonlib.engine.blocks import Block, ParsedPage
+from lessonlib.engine.blocks import SOURCE, Block, ParsedPage
 from lessonlib.engine.cache import (
     cache_errors,
     path_name,
@@ -33,7 +36,12 @@ from lessonlib.engine.cache import (
     write_atomically,
 )
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
-from lessonlib.engine.render import DATA_TITLE, markdown_table, render_line
+from lessonlib.engine.render import (
+    DATA_TITLE,
+    markdown_table,
+    render_line,
+    source_markdown,
+)
 from lessonlib.engine.wheel import CONSTRAINTS
 
 OWN_CODE = ("notebook", "render", "blocks")  # the engine modules a notebook's text comes from
@@ -79,6 +87,11 @@ class Install:
     """Where a published notebook installs lessonlib from."""
     downloads: str  # the URL of the site's downloads/ folder, ending in "/"
     wheel: str  # the wheel's file name there
+    docs: str = "docs"  # the docs folder, relative to the project: its pages' links are made absolute
+
+    @property
+    def site(self) -> str:
+        return urljoin(self.downloads, "../")
 
 
 def install_cell(install: Install) -> NotebookNode:
@@ -86,13 +99,43 @@ def install_cell(install: Install) -> NotebookNode:
     return _code(INSTALL.format(downloads=install.downloads, wheel=install.wheel, constraints=CONSTRAINTS), "install")
 
 
-def published_exercise(text: str, install: Install) -> str:
-    """An exercise notebook as the site offers it: as written, after the install cell."""
+def published_exercise(text: str, install: Install, src_uri: str) -> str:
+    """An exercise notebook (at `src_uri` in the docs folder) as the site offers it: as written,
+    after the install cell, its links leading to the site's pages."""
     notebook = v4.reads(text)
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            cell.source = site_links(cell.source, src_uri, install.site)
     cell = install_cell(install)
     cell.id = "install"
     notebook.cells.insert(0, cell)
     return v4.writes(notebook)
+
+
+_LINK = re.compile(r"\]\(([^()\s]+)\)")  # [text](target) and ![alt](target)
+
+
+def site_links(markdown: str, src_uri: str, site: str) -> str:
+    """Relative links of the page at `src_uri` (in the docs folder) as the site's absolute URLs,
+    so that a notebook read away from the site still reaches the pages it names: `x.md#a` from
+    the page's folder (as MkDocs resolves it, to x/#a), any other relative link from the page's URL."""
+    source = PurePosixPath(src_uri)
+    page = source.parent if source.stem == "index" else source.with_suffix("")
+    page_url = urljoin(site, f"{page.as_posix()}/") if page.as_posix() != "." else site
+    folder_url = urljoin(site, f"{source.parent.as_posix()}/") if source.parent.as_posix() != "." else site
+
+    def absolute(link: re.Match[str]) -> str:
+        target = link.group(1)
+        if urlsplit(target).scheme:
+            return link.group(0)
+        path, hash_, anchor = target.partition("#")
+        if path.endswith(".md"):
+            name = PurePosixPath(path)
+            path = (name.parent if name.stem == "index" else name.with_suffix("")).as_posix() + "/"
+            return f"]({urljoin(folder_url, path.removeprefix('./'))}{hash_}{anchor})"
+        return f"]({urljoin(page_url, target)})"
+
+    return _LINK.sub(absolute, markdown)
 
 
 def colab_url(site_url: str, repo_url: str, branch: str, path: str) -> str | None:
@@ -154,20 +197,24 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install 
     prose: list[str] = []
     line = 0
 
+    src_uri = PurePosixPath(page.path).relative_to(install.docs).as_posix() if install else ""
+
     def flush() -> None:
         text = "".join(prose).strip()
+        if text and install:  # published: links lead to the site's pages
+            text = site_links(text, src_uri, install.site)
         if text:
             cells.append(from_dict({"cell_type": "markdown", "metadata": {}, "source": text}))
         prose.clear()
 
     for index, block in enumerate(page.blocks):
         prose.extend(render_line(page, i, values, escape=False) for i in range(line, block.start))
+        output, line = blocks_out[index] if blocks_out else None, block.end
+        if block.kind == SOURCE:  # read, not run: code in the Markdown, with the prose around it
+            prose.append(source_markdown(output.source if output else None, block.options[SOURCE], titled=False))
+            continue
         flush()
-        if block.kind == "pycon":
-            cells.extend(_examples(block))
-        else:
-            cells.append(_code_cell(block, blocks_out[index] if blocks_out else None))
-        line = block.end
+        cells.extend(_examples(block) if block.kind == "pycon" else [_code_cell(block, output)])
     prose.extend(render_line(page, i, values, escape=False) for i in range(line, len(page.lines)))
     flush()
     for number, cell in enumerate(cells):
@@ -198,7 +245,20 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
                      "data": {"text/markdown": markdown_table(table),
                               "text/plain": DATA_TITLE}} for table in output.tables]
     tag = "check" if block.check else "timing" if "timing" in block.options else None
-    return _code(_quiet(block.code.rstrip()), tag, tuple(outputs))
+    code = block.code.rstrip()
+    if "memo" in block.options:  # as on the page: these calls come from the cache
+        code = f'with lessonlib.memoized(globals(), "{block.options["memo"]}"):\n{_indented(code)}'
+    return _code(_quiet(code), tag, tuple(outputs))
+
+
+def _indented(code: str) -> str:
+    """The code one level in, but for the lines that continue a string (their text is its text)."""
+    in_string = set()
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type == tokenize.STRING:
+            in_string.update(range(token.start[0] + 1, token.end[0] + 1))
+    rows = code.split("\n")
+    return "\n".join(row if n in in_string or not row.strip() else f"    {row}" for n, row in enumerate(rows, 1))
 
 
 def _examples(block: Block) -> list[NotebookNode]:

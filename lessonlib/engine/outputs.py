@@ -21,16 +21,27 @@ class DataTable:
 
 
 @dataclass
+class Source:
+    """A library object's code, as a source block shows it (lessonlib.engine.shown.source_of)."""
+
+    code: str  # dedented
+    file: str  # relative to the folder its top-level package is in: lessonlib/experiments/gradient_reach.py
+    line: int  # of its first line in that file
+
+
+@dataclass
 class BlockOutput:
     text: str = ""
     figures: list[Figure] = field(default_factory=list)
     tables: list[DataTable] = field(default_factory=list)  # one per figure_data call
+    source: Source | None = None  # a source block's
 
     @property
     def size(self) -> int:
         """Bytes this output adds to the page (text, SVG and tables)."""
         cells = sum(len(c.encode()) for t in self.tables for row in [t.columns, *t.rows] for c in row)
-        return len(self.text.encode()) + sum(len(f.svg.encode()) for f in self.figures) + cells
+        shown = len(self.source.code.encode()) if self.source else 0
+        return shown + len(self.text.encode()) + sum(len(f.svg.encode()) for f in self.figures) + cells
 
 
 @dataclass

@@ -57,7 +57,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             self.project = read_project()
         except SetupError as e:
             raise PluginError(str(e)) from None
-        self.install = Install(urljoin(config.site_url or LOCAL_SITE, f"{DOWNLOADS}/"), self.project.wheel_name)
+        self.install = Install(urljoin(config.site_url or LOCAL_SITE, f"{DOWNLOADS}/"), self.project.wheel_name,
+                               self._rel(config.docs_dir))
         if not config.repo_url:  # mkdocs.yml's edit_uri is a path in repo_url's repository: no source links without one
             config.edit_uri = None
         self.results: dict[str, PageResult] = {}
@@ -185,7 +186,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         links the stylesheets mkdocs-jupyter wrote into it."""
         source = Path(page.file.abs_src_path)
         if source.suffix == ".ipynb":
-            text = published_exercise(source.read_text(encoding="utf-8"), self.install)
+            text = published_exercise(source.read_text(encoding="utf-8"), self.install, page.file.src_uri)
             _write_to_site(Path(config.site_dir), (Path(page.file.dest_uri).parent / source.name).as_posix(), text)
             output, stylesheets = shared_stylesheets(output, page.url)
             for name, css in stylesheets.items():

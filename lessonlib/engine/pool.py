@@ -289,8 +289,11 @@ def _located(r: _Running, message: str) -> LessonError:
         return LessonError(path, r.line, message, outputs_before=r.outputs)
     # faulthandler lists the most recent call first: keep the page's frames and what they called
     kept = [row.strip() for row in stack.splitlines() if row.strip().startswith("File")][: in_page[-1] + 1]
-    return LessonError(path, frames[in_page[0]][1], message, "Stack (most recent call first):\n  " + "\n  ".join(kept),
-                       r.outputs)
+    # an inline value being evaluated is a frame at a prose line: its line, wherever it hung below
+    in_code = [range(b.start, b.end) for b in r.task.page.blocks]
+    in_prose = [i for i in in_page if not any(frames[i][1] - 1 in lines for lines in in_code)]
+    line = frames[in_prose[-1] if in_prose else in_page[0]][1]
+    return LessonError(path, line, message, "Stack (most recent call first):\n  " + "\n  ".join(kept), r.outputs)
 
 
 def _memory_mb(pid: int) -> float:

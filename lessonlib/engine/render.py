@@ -11,12 +11,13 @@ from lessonlib.engine import claims
 from lessonlib.engine.blocks import (
     CODE_SPAN,
     SLOT_CLASS,
+    SOURCE,
     Block,
     ParsedPage,
     inline_source,
     literal_text,
 )
-from lessonlib.engine.outputs import BlockOutput, DataTable, Figure
+from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, Source
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
 
@@ -107,6 +108,9 @@ def _block(page: ParsedPage, block: Block, output: BlockOutput | None, index: in
         return source
     if block.check:  # shown at the end of the page (checks_appendix)
         return []
+    if block.kind == SOURCE:
+        shown = source_markdown(output.source if output else None, block.options[SOURCE])
+        return [f"{block.indent}{row}\n" if row else "\n" for row in shown.splitlines()]
     lines: list[str] = []
     if "hide-code" not in block.options or output is None:
         marker = re.match(r"\s*(`{3,}|~{3,})", source[0]).group(1)
@@ -168,11 +172,25 @@ TIMING_CLASS = "lessonlib-timing"
 TIMING_NOTE = "Measured when the site was built: timings vary from run to run and machine to machine."
 
 
-def _text_output(text: str, timing: bool = False) -> str:
-    # A fence longer than any backtick run inside, so output can never close it early;
-    # inside a fence everything, <script> included, is shown as text.
+def source_markdown(source: Source | None, target: str, titled: bool = True) -> str:
+    """A source block as Markdown: the object's code under its file and first line, as the
+    fence's title (MkDocs) or a line above it (a notebook, whose Markdown has no titles); before
+    the page has run, a note of what will be shown."""
+    if source is None:
+        return f"*The code of `{target}` is shown here once the page has run.*\n"
+    where, fence = f"{source.file}, line {source.line}", _fence(source.code)
+    head = f'{fence}python title="{where}"' if titled else f"*{where}*\n\n{fence}python"
+    return f"{head}\n{source.code.rstrip()}\n{fence}\n"
+
+
+def _fence(text: str) -> str:
+    """A fence longer than any backtick run inside, so the text can never close it early."""
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * max(3, longest + 1)
+    return "`" * max(3, longest + 1)
+
+
+def _text_output(text: str, timing: bool = False) -> str:
+    fence = _fence(text)  # inside a fence everything, <script> included, is shown as text
     title = "Output (measured timings: they vary from run to run)" if timing else "Output"
     classes = f".text .lessonlib-output{' .' + TIMING_CLASS if timing else ''}"
     return f'{fence} {{ {classes} title="{title}" }}\n{text.rstrip()}\n{fence}'

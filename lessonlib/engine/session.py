@@ -20,11 +20,12 @@ import torch
 
 from lessonlib.device import flush_subnormals
 from lessonlib.engine import svg
-from lessonlib.engine.blocks import Block, Inline, ParsedPage
+from lessonlib.engine.blocks import SOURCE, Block, Inline, ParsedPage
 from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.memo import random_state_kept
 from lessonlib.engine.outputs import BlockOutput, Figure
+from lessonlib.engine.shown import NotFound, memoized, source_of
 
 ALT_LIMIT = 150  # characters of a figure's alt text
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -67,29 +68,35 @@ class Session:
         self.keep_going = keep_going
         self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
         self._where_they_stand: dict[int, str] = {}  # inline index -> its value right after the block before it
-        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure}
+        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure, _FORMAT: format}
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
         start_page()
 
     def run(self, block: Block) -> BlockOutput:
-        output = _CappedText(self.output_limit)
+        output, shown = _CappedText(self.output_limit), None
         with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
             try:
                 if block.kind == "pycon":
                     self._run_pycon(block)
+                elif block.kind == SOURCE:
+                    shown = source_of(block.options[SOURCE])
                 else:
-                    self._run_exec(block)
+                    with memoized(self.namespace, block.options.get("memo", "")):
+                        self._run_exec(block)
             except (LessonError, SetupError):  # located already, or nobody's page's fault
                 raise
+            except NotFound as e:  # a name on the fence: one line, no traceback
+                option = SOURCE if block.kind == SOURCE else "memo"
+                raise LessonError(self.path, block.start + 1, f"{option}={block.options[option]!r}: {e}") from None
             except SystemExit as e:
                 # exit() would end the page's process as if it had finished: a failure, said so.
                 message = f"the block called exit({e.code!r}): a page must run to its end"
                 raise self._located(e, message, block) from None
             except BaseException as e:  # KeyboardInterrupt and the like too: only the page raised them
-                raise self._located(e, _described(e) + _suggestion(e), block) from None
+                raise self._located(e, _described(e, self.output_limit) + _suggestion(e), block) from None
         svgs, tables = svg.take_figures(), svg.take_tables()
-        result = BlockOutput(output.getvalue(), [], tables)
+        result = BlockOutput(output.getvalue(), [], tables, shown)
         if block.check and (result.text or svgs):
             raise LessonError(self.path, block.start + 1, "a check block shows nothing, so it must not print or draw: "
                               "move what it shows to a block of its own")
@@ -155,15 +162,24 @@ class Session:
             with random_state_kept():
                 return eval("f" + repr(block.options.get(option, "")), self.namespace)
         except BaseException as e:
-            raise LessonError(self.path, block.start + 1, f"{option}: {_described(e)}") from None
+            raise LessonError(self.path, block.start + 1, f"{option}: {_described(e, self.output_limit)}") from None
 
     def value(self, inline: Inline) -> str:
         try:
-            code = compile("\n" * (inline.line - 1) + inline.expr, self.path, "eval")
+            lines = "\n" * (inline.line - 1)
+            compile(lines + inline.expr, self.path, "eval")  # its own syntax errors, unwrapped
+            # formatted inside the evaluated code: a __format__ that hangs leaves this line on the stack
+            code = compile(f"{lines}{_FORMAT}(({inline.expr}), {inline.spec!r})", self.path, "eval")
             with random_state_kept():
-                return format(eval(code, self.namespace), inline.spec)
+                text = eval(code, self.namespace)
         except BaseException as e:
-            raise LessonError(self.path, inline.line, f"inline value `{inline.source}`: {_described(e)}") from None
+            raise LessonError(self.path, inline.line,
+                              f"inline value `{inline.source}`: {_described(e, self.output_limit)}") from None
+        if len(text) > self.output_limit:
+            raise LessonError(self.path, inline.line, f"inline value `{inline.source}` has {len(text):,} characters, "
+                              f"more than the output limit of {self.output_limit / 1024:,.0f} KB "
+                              "(output_limit_kb in mkdocs.yml): show less")
+        return text
 
     def _run_exec(self, block: Block) -> None:
         source = "\n" * (block.first_line - 1) + block.code
@@ -214,12 +230,15 @@ class Session:
         return LessonError(self.path, line, message, detail)
 
 
-def _described(error: BaseException) -> str:
-    """'Type: message', also for an exception whose __str__ itself raises."""
+def _described(error: BaseException, limit: int) -> str:
+    """'Type: message', also for an exception whose __str__ itself raises; a message longer than
+    the output limit is cut there."""
     try:
         text = str(error)
     except Exception as inner:
         text = f"<its message could not be made: {type(inner).__name__} in __str__>"
+    if len(text) > limit:
+        text = f"{text[:limit]} ... (cut: {len(text):,} characters, more than the output limit)"
     return f"{type(error).__name__}: {text}"
 
 
@@ -236,6 +255,7 @@ def _suggestion(error: BaseException) -> str:
 
 
 _NOTE_FAILURE = "__lessonlib_assert_failed__"  # what a soft assert calls
+_FORMAT = "__lessonlib_format__"  # format(), out of the page's reach: inline values call it
 
 
 def _soft_asserts(source: str, path: str) -> ast.Module:

@@ -12,6 +12,7 @@ entry point and the messages.
 """
 from __future__ import annotations
 
+import ast
 import atexit
 import faulthandler
 import os
@@ -139,6 +140,10 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
     cache = [Path(job.cache_dir)] if job.cache_dir else []
     roots = [Path(r) for r in job.source_roots]
     recorder = Recorder(Path(job.root), roots, cache, code_files={job.path})
+    for line, name in shadowed_imports(page, Path(job.folder), {m.partition(".")[0] for m in sys.modules}):
+        raise LessonError(page.path, line, f"the helper {name}.py beside the page has the name of the module "
+                          f"`{name}`, which the build loads before any page runs, so this import finds "
+                          "that module instead: rename the helper")
     with recorder.recording():
         session = Session(page, job.output_limit, job.keep_going)
         store = MemoStore(Path(job.cache_dir, "memo"), Path(job.root), roots, cache, session.namespace,
@@ -154,6 +159,28 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
             session.assert_all_held()
             children.seen_after(len(page.blocks))
     return Finished(values, recorder.manifest(namespaces=[session.namespace]).to_json())
+
+
+def shadowed_imports(page: ParsedPage, folder: Path, loaded: set[str]) -> list[tuple[int, str]]:
+    """(line, name) of each import in the page's blocks of a helper beside the page (name.py or a
+    package) that bears the name of a module already loaded: Python would hand over that module."""
+    found = []
+    for block in page.blocks:
+        if block.kind != "exec":
+            continue
+        try:
+            tree = ast.parse("\n" * (block.first_line - 1) + block.code)
+        except SyntaxError:  # the session reports it, at its line
+            continue
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                     else [])
+            for top in {n.partition(".")[0] for n in names}:
+                helper = (folder / f"{top}.py").is_file() or (folder / top / "__init__.py").is_file()
+                if helper and top in loaded:
+                    found.append((node.lineno, top))
+    return sorted(found)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Diagrams drawn by code for the sequences-to-attention and transformer lessons.
+"""Diagrams drawn by code for the recurrent-networks, gates-and-attention and transformer lessons.
 
 One function per figure; each returns a matplotlib Figure on a white background, in the
 colour-blind-safe palette of lessonlib.figures.plots, with no randomness (the same call draws the same

@@ -1,4 +1,4 @@
-"""Shared styling for the measured plots of the sequences-to-attention lesson.
+"""Shared styling for the measured plots of the recurrent-networks and gates-and-attention lessons.
 
 One colour per model (Okabe-Ito, readable with every common colour-vision deficiency) and the
 plots the lesson draws from measurements: gradient size against distance on a log scale (per
