@@ -58,15 +58,17 @@ def test_the_site_lists_it_after_the_first_lesson():
 
 
 def test_its_links_reach_a_lesson_and_its_anchor():
-    """Links are written as in a lesson, page.md#anchor from the notebook's folder (the site and
-    the download lead them to the page): each must name a lesson that exists and an anchor it defines."""
+    """A link is the built site's address, ../page/#anchor, as in the other exercises: the site
+    renders a notebook's Markdown without rewriting page.md#anchor (that link would lead to
+    lessons/exercise-rnn/page.md), and the download leads ../page/ to the site. Each must name a
+    lesson that exists and an anchor it defines."""
     nb = notebook_cells.load(NOTEBOOK)
     links = re.findall(r"\]\(([^)]+)\)", "".join(c.source for c in nb.cells if c.cell_type == "markdown"))
     assert links, "the notebook links the lesson it builds on"
     for link in links:
-        match = re.fullmatch(r"([\w-]+\.md)(?:#([\w-]+))?", link)
-        assert match, f"{link}: write a link as a lesson writes it, page.md#anchor"
-        page = NOTEBOOK.parent / match.group(1)
+        match = re.fullmatch(r"\.\./([\w-]+)/(?:#([\w-]+))?", link)
+        assert match, f"{link}: write a link as the built site's address, ../page/#anchor"
+        page = NOTEBOOK.parent / f"{match.group(1)}.md"
         assert page.exists(), f"{link}: no lesson {page.name}"
         if match.group(2):
             assert "{#" + match.group(2) + "}" in page.read_text(encoding="utf-8"), f"{link}: no such anchor"
