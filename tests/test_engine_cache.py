@@ -454,7 +454,7 @@ def test_the_page_that_took_longest_last_time_starts_first(tmp_path, settings):
     """Never run: the page with the most code first. After one run: the slowest first, even
     when its code has changed since (one worker, so the order is visible in the report)."""
     slow = "```python exec\nimport time\ntime.sleep(1){}\n```\n"
-    quick = "```python exec\n" + "".join(f"x{i} = {i}\n" for i in range(40)) + "{}```\n"
+    quick = "```python exec\n" + "".join(f"x{i} = {i}\n" for i in range(40)) + "{}\n```\n"
     one_worker = Settings(root=tmp_path, cache_dir=settings.cache_dir, workers=1)
 
     def order(edit: str) -> list[str]:
