@@ -65,19 +65,6 @@ def test_rejects_weights_it_cannot_draw():
         diagram.encoder_decoder(SOURCE, WRITTEN, hidden=8, weights=torch.full((4, 3), 0.5))
 
 
-def test_same_call_same_picture():
-    weights = torch.softmax(torch.randn(4, 3, generator=torch.Generator().manual_seed(0)), -1)
-
-    def svg() -> str:
-        buffer = io.StringIO()
-        fig = diagram.encoder_decoder(SOURCE, WRITTEN, hidden=8, weights=weights)
-        with matplotlib.rc_context({"svg.hashsalt": "test", "svg.fonttype": "none"}):
-            fig.savefig(buffer, format="svg", metadata={"Date": None})
-        return buffer.getvalue()
-
-    assert svg() == svg()
-
-
 def outlined_cells(fig) -> list[tuple[int, int]]:
     """(row, column) of every outlined cell of a heatmap."""
     (ax, _colorbar) = fig.axes
