@@ -83,7 +83,11 @@ def calls_of(stderr: str) -> list[tuple[str, str, float]]:
 
 def run(result: Result, folder: Path, page: str, python: str, workers_1: bool, scratch: Path) -> None:
     """Run one page at this revision, on the revision's own cache (empty before its first page),
-    and add what it printed and took to `result`."""
+    and add what it printed and took to `result`. A page the revision lacks (a lesson split or
+    added between the two) is skipped, and its cell in the table shows "-"."""
+    if not (folder / page).is_file():
+        print(f"bench_pages: {result.label} ({result.revision}) has no {page}: skipped", file=sys.stderr, flush=True)
+        return
     env = {k: v for k, v in os.environ.items() if k not in SWITCHES}
     env.update(LESSONLIB_CACHE_DIR=str(scratch / f"cache-{result.label}"), NO_MKDOCS_2_WARNING="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH", "")])))
@@ -161,8 +165,12 @@ def line_map(old_text: str, new_text: str) -> dict[int, int]:
 def page_text(revision: str, page: str) -> str:
     """The page at a revision ('.': this working tree)."""
     if revision == ".":
-        return (ROOT / page).read_text(encoding="utf-8")
-    return git("show", f"{revision}:{page}") + "\n"
+        path = ROOT / page
+        return path.read_text(encoding="utf-8") if path.is_file() else ""
+    try:
+        return git("show", f"{revision}:{page}") + "\n"
+    except subprocess.CalledProcessError:  # the page is not at this revision
+        return ""
 
 
 def renumbered(output: str, pages: list[str], base_rev: str, head_rev: str) -> str:
