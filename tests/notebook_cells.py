@@ -3,6 +3,8 @@ a fresh kernel of this venv, and what a cell printed."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -61,6 +63,25 @@ def execute(nb: nbformat.NotebookNode, folder: Path, timeout: int = 300) -> nbfo
     spec, whose argv "python" jupyter_client replaces by sys.executable: this venv's interpreter."""
     NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
     return nb
+
+
+@contextmanager
+def kernel(folder: Path, timeout: int = 300) -> Iterator[Callable[[nbformat.NotebookNode], None]]:
+    """One fresh kernel for many runs: run(nb) executes nb's code cells in order in it and raises
+    CellExecutionError at the first that fails, as `execute` does. The runs share the kernel's
+    state, so each must define what it uses (a whole notebook from its first cell does); it saves
+    a kernel's start and its imports per run."""
+    client = NotebookClient(nbformat.v4.new_notebook(), timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(folder)}})
+
+    def run(nb: nbformat.NotebookNode) -> None:
+        client.nb = nb  # where execute_cell stores each executed cell
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type == "code":
+                client.execute_cell(cell, index)
+
+    with client.setup_kernel():
+        yield run
 
 
 def printed(cell: nbformat.NotebookNode) -> str:
