@@ -23,8 +23,10 @@ from torch.nn import functional as F
 from lessonlib.exercises import rnn as exercise
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-rnn.ipynb"
-PARTS = {"exercise-cell": "rnn_cell", "exercise-forward": "rnn_forward", "exercise-train": "train"}
-CHECKS = ("check-cell", "check-forward", "check-train", "check-learned")
+PARTS = {"exercise-cell": "rnn_cell", "exercise-forward": "rnn_forward", "exercise-train": "train",
+         "exercise-open-forget": "open_forget_gate"}
+TRAINING = {"train-rnn", "check-learned", "train-rnn-50"}  # the cells that train, before the LSTM's part
+CHECKS = ("check-cell", "check-forward", "check-train", "check-learned", "check-open-forget", "check-lstm-learned")
 
 
 def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
@@ -87,6 +89,15 @@ def test_solution_runs_and_learns_the_memory_task():
     losses = [float(x) for x in re.findall(r"step +\d+: loss ([\d.]+)", report)]
     assert len(losses) == 7 and losses[0] > 0.6 and losses[-1] < 0.2, report
     assert "✗" not in report, report
+    # at length 50 the RNN stays at a coin toss for all 600 steps, and the opened LSTM learns
+    rnn_50 = text(tagged(nb, "train-rnn-50"))
+    last_loss = float(re.search(r"last 50 steps: ([\d.]+)", rnn_50).group(1))
+    rnn_accuracy = float(re.search(r"accuracy at length 50: ([\d.]+)%", rnn_50).group(1)) / 100
+    assert abs(last_loss - exercise.CHANCE_LOSS) < 0.02 and 0.4 < rnn_accuracy < 0.6, rnn_50
+    lstm_50 = text(tagged(nb, "train-lstm-50"))
+    left = int(re.search(r"left a coin toss's at step (\d+)", lstm_50).group(1))
+    lstm_accuracy = float(re.search(r"LSTM ([\d.]+)%", lstm_50).group(1)) / 100
+    assert left <= exercise.LSTM_OUTCOME.plateau and lstm_accuracy >= exercise.LSTM_OUTCOME.bound, lstm_50
 
 
 def test_unsolved_notebook_stops_at_the_first_checker():
@@ -97,7 +108,7 @@ def test_unsolved_notebook_stops_at_the_first_checker():
 
 
 CELL = "torch.tanh(x @ W_x.T + h @ W_h.T + b)"
-LOOP_MISTAKES = [  # each listed mistake, made in the published solution: the checker it must stop at
+NOTEBOOK_MISTAKES = [  # each listed mistake, made in the published solution: the checker it must stop at
     ("exercise-cell", (CELL, "torch.tanh(x @ W_x + h @ W_h + b)"), "check-cell", "both weights are transposed"),
     ("exercise-cell", (CELL, "(x @ W_x.T + h @ W_h.T + b)"), "check-cell", "the tanh is missing"),
     ("exercise-cell", (CELL, "torch.sigmoid(x @ W_x.T + h @ W_h.T + b)"), "check-cell", "a sigmoid"),
@@ -112,15 +123,26 @@ LOOP_MISTAKES = [  # each listed mistake, made in the published solution: the ch
     ("exercise-train", ("        optimizer.zero_grad()\n", ""), "check-train", "the gradients accumulate"),
     ("exercise-train", ("        loss.backward()\n", ""), "check-train", "loss.backward() is missing"),
     ("exercise-train", ("        optimizer.step()\n", ""), "check-train", "optimizer.step() is missing"),
+    ("exercise-open-forget", ("[H : 2 * H]", "[0:H]"), "check-open-forget", "the bias of the input gate changed"),
+    ("exercise-open-forget", ("    with torch.no_grad():\n        lstm", "    if True:\n        lstm"),
+     "check-open-forget", "inside the `with torch.no_grad():` block"),
 ]
 
 
-@pytest.mark.parametrize("tag, edit, checker, expected", LOOP_MISTAKES,
-                         ids=[m[3] for m in LOOP_MISTAKES])
-def test_a_listed_mistake_stops_the_notebook_at_its_checker(tag, edit, checker, expected):
+@pytest.fixture(scope="module")
+def kernel():
+    """One kernel for every listed mistake: each run executes the notebook from its first cell."""
+    with notebook_cells.kernel(NOTEBOOK.parent) as run:
+        yield run
+
+
+@pytest.mark.parametrize("tag, edit, checker, expected", NOTEBOOK_MISTAKES,
+                         ids=[m[3] for m in NOTEBOOK_MISTAKES])
+def test_a_listed_mistake_stops_the_notebook_at_its_checker(kernel, tag, edit, checker, expected):
     nb = solved({tag: edit})
+    nb.cells = [c for c in nb.cells if not set(c.metadata.get("tags", [])) & TRAINING]  # no checker needs them
     with pytest.raises(CellExecutionError) as info:
-        notebook_cells.execute(nb, NOTEBOOK.parent)
+        kernel(nb)
     assert info.value.ename == "RNNCheckError"
     assert expected in str(info.value)
     ran = [c for c in nb.cells if c.cell_type == "code" and c.get("outputs")]
@@ -274,6 +296,65 @@ def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
         exercise.check_train(loop(zero_grad=False))
 
 
+# ----------------------------------------------------------------------------- the checker: the forget gate
+
+def opener(line):
+    """open_forget_gate with `line` as its body, run under torch.no_grad() as in the notebook."""
+    def open_forget_gate(lstm):
+        H = lstm.hidden_size  # noqa: F841 (used by the line)
+        with torch.no_grad():
+            exec(line, {"torch": torch}, {"lstm": lstm, "H": H})
+    return open_forget_gate
+
+
+FORGET_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "input gate": (opener("lstm.bias_ih_l0[0:H] = 3.0"), "the bias of the input gate changed"),
+    "candidate": (opener("lstm.bias_ih_l0[2 * H:3 * H] = 3.0"), "the bias of the candidate gate changed"),
+    "output gate": (opener("lstm.bias_ih_l0[3 * H:] = 3.0"), "the bias of the output gate changed"),
+    "the whole bias": (opener("lstm.bias_ih_l0[:] = 3.0"), "the bias of the input, candidate, output gates changed"),
+    "ajar": (opener("lstm.bias_ih_l0[H:2 * H] = 1.0"), "not open"),
+    "closed": (opener("lstm.bias_ih_l0[H:2 * H] = -3.0"), "not open"),
+    "a copy": (opener("b = lstm.bias_ih_l0.clone(); b[H:2 * H] = 3.0"), "nothing changed"),
+    "a weight": (opener("lstm.weight_hh_l0[H:2 * H] = 3.0"), "a weight changed"),
+    "a new shape": (opener("lstm.bias_ih_l0.data = torch.full((H,), 3.0)"), "changed its shape"),
+    "no no_grad": (lambda lstm: lstm.bias_ih_l0[lstm.hidden_size:].fill_(3.0), "inside the `with torch.no_grad():`"),
+}
+
+
+@pytest.mark.parametrize("name", FORGET_MISTAKES)
+def test_forget_gate_checker_names_the_mistake(name):
+    wrong, expected = FORGET_MISTAKES[name]
+    problem = exercise.diagnose_open_forget(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+@pytest.mark.parametrize("line", ["lstm.bias_ih_l0[H:2 * H] = 3.0", "lstm.bias_hh_l0[H:2 * H] = 3.0",
+                                  "lstm.bias_ih_l0[H:2 * H] = 1.5; lstm.bias_hh_l0[H:2 * H] = 1.5"])
+def test_forget_gate_checker_accepts_any_open_start(line, capsys):
+    """Either bias, or both at the lesson's 1.5 each (open_forget_gate's way): the gate starts open."""
+    assert exercise.diagnose_open_forget(opener(line)) is None
+    assert exercise.diagnose_open_forget(exercise.reference_open_forget) is None
+    exercise.check_open_forget(opener(line))
+    assert capsys.readouterr().out.startswith("✓")
+
+
+def test_the_lstm_is_lessonlibs_and_its_forget_gate_is_the_second_block():
+    torch.manual_seed(0)
+    fresh = exercise.MemoryLSTM()
+    torch.manual_seed(0)
+    model = exercise.MemoryLSTM()
+    assert type(model.lstm) is exercise.LSTM and model.lstm.batch_first
+    exercise.reference_open_forget(model.lstm)
+    H = model.lstm.hidden_size
+    changed = (model.lstm.bias_ih_l0 != fresh.lstm.bias_ih_l0).nonzero().flatten().tolist()
+    assert changed == list(range(H, 2 * H))
+    tokens, _ = exercise.memory_task.make_batch(4, 7, torch.Generator().manual_seed(0), "cpu")
+    step = model.lstm.step(model.embed(tokens)[:, 0], (torch.zeros(4, H), torch.zeros(4, H)))
+    assert step.forget.mean() > exercise.OPEN  # the LSTM's own forget gate, computed by its step, on real inputs
+    assert model(tokens).shape == (4, 2)
+
+
 # ----------------------------------------------------------------------------- the outcome
 
 def test_the_outcome_of_the_solution_passes_the_bound():
@@ -319,6 +400,13 @@ def test_the_outcome_checker_tells_still_learning_from_will_not_learn(losses, ac
     assert problem is not None and expected in problem, problem
     with pytest.raises(exercise.RNNCheckError):
         exercise.check_learned(result)
+
+
+def test_an_lstm_flat_at_chance_points_at_its_forget_gate():
+    result = exercise.Result(0.5, losses_from(0.69, 0.69), 50, 1.0, exercise.LSTM_OUTCOME)
+    problem = exercise.diagnose_learned(result)
+    assert problem.startswith("this will not learn") and "forget gate" in problem and ".detach()" not in problem
+    assert f"by step {exercise.LSTM_OUTCOME.plateau} " in problem
 
 
 def test_the_outcome_checker_passes_at_the_bound(capsys):
