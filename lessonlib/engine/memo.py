@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import joblib
 import numpy as np
 
+from lessonlib.engine import capture
 from lessonlib.engine.cache import (
     cache_errors,
     discard,
@@ -47,6 +48,7 @@ from lessonlib.engine.cache import (
     touch,
     write_atomically,
 )
+from lessonlib.engine.capture import terminal
 from lessonlib.engine.config import SEED, environment_settings
 from lessonlib.engine.fingerprint import (
     Unfingerprintable,
@@ -154,7 +156,7 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
     with cache_errors(store.root):
         lock = file_lock(store.root / f"{key}.lock", wait=False)
     if lock is None:  # on the build's terminal, like a progress bar (sys.stderr is the page's output)
-        print(f"{name}: waiting for another page that is computing the same call", file=sys.__stderr__, flush=True)
+        print(f"{name}: waiting for another page that is computing the same call", file=terminal(), flush=True)
         lock = file_lock(store.root / f"{key}.lock")
     token = _locking.set(True)
     try:  # another page may have stored it while this one waited
@@ -226,20 +228,25 @@ def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwa
     finally:
         tmp.unlink(missing_ok=True)
     # on the build's terminal: which of a page's calls cost what, for an author sizing an experiment
-    print(f"{name}: computed in {seconds:.1f} s", file=sys.__stderr__, flush=True)
+    print(f"{name}: computed in {seconds:.1f} s", file=terminal(), flush=True)
     return result
 
 
 @contextlib.contextmanager
 def _kept_output() -> Iterator[list[list[str]]]:
-    """What is printed to sys.stdout and sys.stderr meanwhile, in order: [[stream, text], ...]."""
+    """What is printed to sys.stdout and sys.stderr meanwhile, in order: [[stream, text], ...].
+    In a page's block, all the block wrote meanwhile, at the descriptors too (a subprocess's
+    output), as one stdout text: a hit shows the page what a miss showed it."""
     printed: list[list[str]] = []
+    start = capture.offset()
     streams = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = _Tee(sys.stdout, "stdout", printed), _Tee(sys.stderr, "stderr", printed)
     try:
         yield printed
     finally:
         sys.stdout, sys.stderr = streams
+        if start is not None:
+            printed[:] = [["stdout", text]] if (text := capture.written_since(start)) else []
 
 
 class _Tee:

@@ -21,6 +21,7 @@ import torch
 from lessonlib.device import flush_subnormals
 from lessonlib.engine import svg
 from lessonlib.engine.blocks import SOURCE, Block, Inline, ParsedPage
+from lessonlib.engine.capture import Capture, EscapedOutput
 from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.memo import random_state_kept
@@ -47,20 +48,6 @@ def start_page(seed: int = SEED) -> None:
     svg.reset()
 
 
-class _CappedText(io.StringIO):
-    """Captured output that stops growing at `limit` characters (the block then fails)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit, self.overflowed = limit, False
-
-    def write(self, text: str) -> int:
-        if self.tell() + len(text) > self.limit:
-            self.overflowed = True
-            text = text[: max(0, self.limit - self.tell())]
-        return super().write(text)
-
-
 class Session:
     def __init__(self, page: ParsedPage, output_limit: int = 1 << 20, keep_going: bool = False) -> None:
         """keep_going: a failed assert is noted and the page runs on (failed_asserts lists them)."""
@@ -69,13 +56,14 @@ class Session:
         self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
         self._where_they_stand: dict[int, str] = {}  # inline index -> its value right after the block before it
         self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure, _FORMAT: format}
+        self.capture = Capture(output_limit)  # from here on, sys.stdout and sys.stderr are the page's
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
         start_page()
 
     def run(self, block: Block) -> BlockOutput:
-        output, shown = _CappedText(self.output_limit), None
-        with contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        shown = None
+        with self.capture.block(block.start + 1) as captured:
             try:
                 if block.kind == "pycon":
                     self._run_pycon(block)
@@ -95,8 +83,10 @@ class Session:
                 raise self._located(e, message, block) from None
             except BaseException as e:  # KeyboardInterrupt and the like too: only the page raised them
                 raise self._located(e, _described(e, self.output_limit) + _suggestion(e), block) from None
+        self._raise_escaped()
+        [output] = captured
         svgs, tables = svg.take_figures(), svg.take_tables()
-        result = BlockOutput(output.getvalue(), [], tables, shown)
+        result = BlockOutput(output.text, [], tables, shown)
         if block.check and (result.text or svgs):
             raise LessonError(self.path, block.start + 1, "a check block shows nothing, so it must not print or draw: "
                               "move what it shows to a block of its own")
@@ -111,6 +101,15 @@ class Session:
                               f"{self.output_limit / 1024:,.0f} KB (output_limit_kb in mkdocs.yml): print less")
         self._note_values_after(block)
         return result
+
+    def _raise_escaped(self) -> None:
+        try:
+            self.capture.raise_escaped()
+        except EscapedOutput as e:
+            when = f"while the block at line {e.during} ran" if e.during else "between blocks"
+            raise LessonError(self.path, e.origin, f"a thread this block started wrote after the block ended ({when}), "
+                              "where its output would land on another block: join the thread before the block "
+                              "ends") from None
 
     def _note_values_after(self, block: Block) -> None:
         """The values of the inline expressions in the prose between this block and the next, as
@@ -127,6 +126,7 @@ class Session:
         """Every inline value, evaluated after the page's last block. One that differs from what
         it was where it stands in the prose (a later block changed what it reads) fails at its line:
         the page would show a number that is not the one its sentence is about."""
+        self._raise_escaped()
         values = {}
         for n, inline in enumerate(self.page.inlines):
             value = self.value(inline)

@@ -24,7 +24,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from lessonlib.device import limit_cpus
-from lessonlib.engine import lifetime
+from lessonlib.engine import capture, lifetime
 from lessonlib.engine.blocks import ParsedPage, parse_page
 from lessonlib.engine.config import SEED
 from lessonlib.engine.errors import LessonError, SetupError
@@ -93,6 +93,7 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
     os.setpgrp()  # Ctrl-C in the build's terminal reaches the build, which ends its pages itself
     lifetime.become_subreaper()  # every process the page starts stays under this one
     _stdio(output)
+    capture.keep_terminal()  # before any block takes descriptors 1 and 2
     stack = open(job.stack_file, "w")  # noqa: SIM115 (kept open for faulthandler until the end)
     faulthandler.enable(file=stack)
     faulthandler.register(DUMP_STACK, file=stack, all_threads=False)

@@ -1,0 +1,116 @@
+"""A block's output is what it wrote during the block, at the Python and the descriptor level
+(lessonlib.engine.capture): in order, under the output limit, and never another block's."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from lessonlib.engine.config import Settings
+from lessonlib.engine.errors import LessonError
+from lessonlib.engine.page import execute_page
+
+PATH = "docs/fixture.md"
+
+
+def run(text: str, **settings):
+    return execute_page(textwrap.dedent(text), PATH, Settings(**settings))
+
+
+def outputs(text: str, **settings) -> list[str]:
+    return [o.text for o in run(text, **settings).outputs.blocks]
+
+
+def test_descriptor_level_output_lands_on_its_block_in_order():
+    texts = outputs("""\
+        ```python exec
+        import os, subprocess, sys
+        print("one")
+        os.write(1, b"two\\n")
+        subprocess.run([sys.executable, "-c", "print('three')"], check=True)
+        print("four", file=sys.stderr)
+        os.system("echo five")
+        os.write(2, b"six\\n")
+        ```
+
+        ```python exec
+        print("seven")
+        ```
+        """)
+    assert texts == ["one\ntwo\nthree\nfour\nfive\nsix\n", "seven\n"]
+
+
+def test_descriptor_level_output_over_the_limit_fails_the_block(capfd):
+    page = """\
+        ```python exec
+        import os
+        os.write(1, b"x" * 3_000_000)
+        ```
+        """
+    with pytest.raises(LessonError) as info:
+        run(page, output_limit_kb=1)
+    assert str(info.value).startswith(f"{PATH}:1: this block's output is larger than the limit of 1 KB")
+    assert len(capfd.readouterr().err) < 10_000, "the build's log never sees a block's output"
+
+
+def test_a_thread_that_writes_after_its_block_fails_the_page_at_that_block():
+    page = """\
+        # A page
+
+        ```python exec
+        import threading, time
+
+        def tick():
+            while True:
+                print("tick")
+                time.sleep(0.01)
+
+        threading.Thread(target=tick, daemon=True).start()
+        ```
+
+        ```python exec
+        import time
+        time.sleep(0.2)
+        ```
+        """
+    with pytest.raises(LessonError) as info:
+        run(page)
+    assert str(info.value).startswith(f"{PATH}:3: a thread this block started wrote after the block ended")
+
+
+def test_a_thread_joined_in_its_block_is_that_blocks_output():
+    texts = outputs("""\
+        ```python exec
+        import threading
+        thread = threading.Thread(target=lambda: print("from the thread"))
+        thread.start()
+        thread.join()
+        ```
+
+        ```python exec
+        print("next")
+        ```
+        """)
+    assert texts == ["from the thread\n", "next\n"]
+
+
+def test_a_memoized_calls_descriptor_level_output_is_shown_again_on_a_hit(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "noisy.py").write_text(textwrap.dedent("""\
+        import subprocess, sys
+
+        def call(n):
+            with open("log", "a") as f:
+                f.write("ran\\n")
+            print("python", n)
+            subprocess.run([sys.executable, "-c", "print('child')"], check=True)
+            return n + 1
+        """))
+    settings = Settings(root=tmp_path, cache_dir=tmp_path / "cache")
+    page = '```python exec\nimport noisy\n```\n\n```python exec memo="noisy.call"\nprint(noisy.call(1))\n```\n'
+    first = execute_page(page, PATH, settings)
+    second = execute_page(page.replace("import noisy", "import noisy  # an edit: the page runs again"), PATH, settings)
+    assert (docs / "log").read_text() == "ran\n", "the second run found the call in the cache"
+    assert [b.text for b in first.outputs.blocks] == [b.text for b in second.outputs.blocks] == [
+        "", "python 1\nchild\n2\n"]
