@@ -109,7 +109,7 @@ def test_unsolved_notebook_stops_at_the_first_checker():
 
 CELL = "torch.tanh(x @ W_x.T + h @ W_h.T + b)"
 NOTEBOOK_MISTAKES = [  # each listed mistake, made in the published solution: the checker it must stop at
-    ("exercise-cell", (CELL, "torch.tanh(x @ W_x + h @ W_h + b)"), "check-cell", "both weights are transposed"),
+    ("exercise-cell", (CELL, "torch.tanh(x @ W_x + h @ W_h + b)"), "check-cell", "both weights need a transpose"),
     ("exercise-cell", (CELL, "(x @ W_x.T + h @ W_h.T + b)"), "check-cell", "the tanh is missing"),
     ("exercise-cell", (CELL, "torch.sigmoid(x @ W_x.T + h @ W_h.T + b)"), "check-cell", "a sigmoid"),
     ("exercise-cell", (CELL, "torch.tanh(x @ W_x.T + h @ W_h.T)"), "check-cell", "the bias is missing"),
@@ -166,9 +166,9 @@ def stub(*_):
 
 CELL_MISTAKES = {
     "stub": (stub, "still the stub"),
-    "W_x transposed": (cell(transpose_x=True), "W_x is transposed"),
-    "W_h transposed": (cell(transpose_h=True), "W_h is transposed"),
-    "both transposed": (cell(transpose_x=True, transpose_h=True), "both weights are transposed"),
+    "W_x transposed": (cell(transpose_x=True), "W_x needs a transpose"),
+    "W_h transposed": (cell(transpose_h=True), "W_h needs a transpose"),
+    "both transposed": (cell(transpose_x=True, transpose_h=True), "both weights need a transpose"),
     "tanh missing": (cell(act=lambda z: z), "the tanh is missing"),
     "sigmoid": (cell(act=torch.sigmoid), "a sigmoid"),
     "relu": (cell(act=torch.relu), "a ReLU"),
@@ -178,6 +178,7 @@ CELL_MISTAKES = {
     "input not used": (cell(inputs=False), "the input x is not used"),
     "detached": (cell(detach=True), "does not depend on the weights"),
     "x and h swapped": (lambda x, h, W_x, W_h, b: torch.tanh(x @ W_h.T + h @ W_x.T + b), "differs from torch.nn.RNNCell"),
+    "W_x @ x": (lambda x, h, W_x, W_h, b: torch.tanh(W_x @ x + h @ W_h.T + b), "x @ W_x.T and h @ W_h.T are both (B, H)"),
     "shape (H, B)": (lambda x, h, W_x, W_h, b: torch.tanh(W_x @ x.T + W_h @ h.T + b[:, None]), "must return (B, H)"),
 }
 
@@ -191,10 +192,12 @@ def test_cell_checker_names_the_mistake(name):
 
 # ----------------------------------------------------------------------------- the checker: the forward pass
 
-def forward(reset=False, first=False, mean=False, detach=False, every_step=False, no_bias=False, ones=False):
+def forward(reset=False, first=False, mean=False, detach=False, every_step=False, no_bias=False, ones=False,
+            float32=False):
     def rnn_forward(xs, W_x, W_h, b, W_out, b_out):
         B, L, _ = xs.shape
         h = xs.new_ones(B, W_h.shape[0]) if ones else xs.new_zeros(B, W_h.shape[0])
+        h = torch.zeros(B, W_h.shape[0]) if float32 else h  # float32, whatever the inputs' type
         states = []
         for t in range(L):
             if reset:
@@ -217,6 +220,7 @@ FORWARD_MISTAKES = {
     "no read-out bias": (forward(no_bias=True), "b_out is missing"),
     "h detached each step": (forward(detach=True), "gradient does not flow back"),
     "h starts at ones": (forward(ones=True), "differs from torch.nn.RNN"),
+    "h made by torch.zeros": (forward(float32=True), "h = xs.new_zeros(B, H)"),
 }
 
 
@@ -229,13 +233,16 @@ def test_forward_checker_names_the_mistake(name):
 
 # ----------------------------------------------------------------------------- the checker: the training loop
 
-def loop(zero_grad=True, backward=True, step=True, zero_late=False, clip=None, item=True, total=False):
+def loop(zero_grad=True, backward=True, step=True, zero_late=False, clip=None, item=True, total=False,
+         step_first=False):
     def train(model, optimizer, batches):
         losses = []
         for tokens, labels in batches:
             if zero_grad and not zero_late:
                 optimizer.zero_grad()
             loss = F.cross_entropy(model(tokens), labels, reduction="sum" if total else "mean")
+            if step_first:
+                optimizer.step()
             if backward:
                 loss.backward()
             if zero_late:
@@ -256,6 +263,7 @@ LOOP_CHECKER_MISTAKES = {
     "no backward": (loop(backward=False), "loss.backward() is missing"),
     "no step": (loop(step=False), "optimizer.step() is missing"),
     "zero_grad after backward": (loop(zero_late=True), "comes between loss.backward() and optimizer.step()"),
+    "step before backward": (loop(step=False, step_first=True), "optimizer.step() runs before loss.backward()"),
     "loss kept as a tensor": (loop(item=False), "loss.item()"),
     "summed loss": (loop(total=True), "the mean over the batch"),
     "clipped elsewhere": (loop(clip=0.1), "clip the norm at 1.0"),

@@ -79,6 +79,9 @@ def diagnose_cell(cell: Cell) -> str | None:
     ref, x, h, W_x, W_h, b = _cell_inputs(B, H, H, seed=0)  # E == H: a transposed weight still multiplies
     out, problem = call("rnn_cell", cell, x.clone(), h.clone(), W_x.clone(), W_h.clone(), b.clone())
     if problem:
+        if "cannot be multiplied" in problem:
+            return problem + (" The shapes: x (B, E), h (B, H), W_x (H, E), W_h (H, H), b (H,); "
+                              "x @ W_x.T and h @ W_h.T are both (B, H).")
         return problem
     if not isinstance(out, Tensor):
         return f"rnn_cell must return the new state, a tensor (B, H), not {type(out).__name__}."
@@ -113,11 +116,13 @@ def _name_cell_mistake(out: Tensor, x: Tensor, h: Tensor, W_x: Tensor, W_h: Tens
     pre = x @ W_x.T + h @ W_h.T + b
     candidates = [
         (torch.tanh(x @ W_x + h @ W_h + b),
-         "both weights are transposed: x (B, E) times W_xᵀ (E, H) is x @ W_x.T, and the same for h @ W_h.T."),
+         "both weights need a transpose: W_x is (H, E), so x (B, E) times W_xᵀ (E, H) is x @ W_x.T, and the "
+         "state's part is h @ W_h.T."),
         (torch.tanh(x @ W_x + h @ W_h.T + b),
-         "W_x is transposed: W_x has shape (H, E), so the input's part is x @ W_x.T, (B, E) @ (E, H) -> (B, H)."),
+         "W_x needs a transpose: W_x has shape (H, E), so the input's part is x @ W_x.T, (B, E) @ (E, H) -> (B, H)."),
         (torch.tanh(x @ W_x.T + h @ W_h + b),
-         "W_h is transposed: the state's part is h @ W_h.T, as in torch's cell (W_h maps the old state to the new)."),
+         "W_h needs a transpose: the state's part is h @ W_h.T, as in torch's cell (row i of W_h makes unit i "
+         "of the new state)."),
         (pre, "the tanh is missing: the new state is tanh(x W_xᵀ + h W_hᵀ + b), squashed into (-1, 1)."),
         (torch.sigmoid(pre), "a sigmoid is used where the cell has a tanh: the state must reach (-1, 1), "
                              "not only (0, 1). Use torch.tanh."),
@@ -155,6 +160,9 @@ def diagnose_forward(forward: Forward, cell: Cell | None = None) -> str | None:
     rnn, head, xs, params = _forward_inputs(B, L, E, H, C, seed=0)
     out, problem = call("rnn_forward", forward, xs.clone(), *params)
     if problem:
+        if "dtype" in problem:
+            return ("a tensor of another type meets the inputs (float64 here): make the state with "
+                    "h = xs.new_zeros(B, H), which takes the type and the device of xs. " + problem)
         return problem
     if not isinstance(out, Tensor):
         return f"rnn_forward must return the logits, a tensor (B, C), not {type(out).__name__}."
@@ -279,8 +287,13 @@ def _loop_setup() -> tuple[MemoryRNN, _Spy, list[tuple[Tensor, Tensor]]]:
 def diagnose_train(train: Train) -> str | None:
     model, optimizer, batches = _loop_setup()
     start = [p.detach().clone() for p in model.parameters()]
-    backwards = [0]
-    model.W_h.register_hook(lambda grad: backwards.__setitem__(0, backwards[0] + 1))
+    backwards, backwards_before_first_step = [0], [0]
+
+    def count(grad: Tensor) -> None:
+        backwards[0] += 1
+        backwards_before_first_step[0] += optimizer.steps == 0
+
+    model.W_h.register_hook(count)
     losses, problem = call("train", train, model, optimizer, iter(batches))
     if problem:
         return problem
@@ -299,6 +312,9 @@ def diagnose_train(train: Train) -> str | None:
     if optimizer.steps == 0:
         return ("optimizer.step() is missing: the gradients were computed but never applied, so the weights "
                 "stay where they started and the loss does not move.")
+    if not moved and backwards_before_first_step[0] == 0:
+        return ("optimizer.step() runs before loss.backward(): it steps with no gradient, so the weights stay "
+                "where they started. Call loss.backward() first, then optimizer.step().")
     if not moved:
         return ("optimizer.zero_grad() comes between loss.backward() and optimizer.step(): it wipes the "
                 "gradient before the step can use it, so the loss does not move. Call it before the backward pass.")
