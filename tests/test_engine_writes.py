@@ -35,7 +35,7 @@ def test_a_page_that_writes_a_file_another_page_reads_fails_naming_both_and_the_
     for value in ("v1", "v2"):  # the second build follows an edit to A
         a, b = execute_pages([(writer(value), "docs/a.md"), (READER, "docs/b.md")], settings)
         assert isinstance(a, WriteError), a
-        assert str(a) == (f"docs/a.md:5: this block writes docs/shared.txt, which docs/b.md reads: pages are "
+        assert str(a) == ("docs/a.md:5: this block writes docs/shared.txt, which docs/b.md reads: pages are "
                           "independent, so a page writes only into its scratch folder (lessonlib.scratch()) or "
                           "publishes beside its page (lessonlib.publish(name, data))")
         assert b.outputs.blocks[0].text == "seed\n" and shared.read_text() == "seed", "the write never happened"

@@ -133,7 +133,8 @@ class PageCache:
             published = {name: base64.b64decode(data, validate=True)
                          for name, data in payload.get("published", {}).items()}
             touch(path)
-            return Entry(PageOutputs(blocks, dict(payload["inline"]), published), Manifest.from_json(payload["manifest"]))
+            outputs = PageOutputs(blocks, dict(payload["inline"]), published)
+            return Entry(outputs, Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
