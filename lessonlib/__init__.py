@@ -1,8 +1,9 @@
 """lessonlib: the course's build-time engine and its small reference models.
 
 Lesson code uses ``lessonlib.device()``, ``lessonlib.memo``, ``lessonlib.progress``,
-``lessonlib.figure_data`` (a figure's numbers, offered as a table) and ``lessonlib.claim`` (an
-assert's message that quotes the sentence it checks); a downloaded notebook starts
+``lessonlib.figure_data`` (a figure's numbers, offered as a table), ``lessonlib.claim`` (an
+assert's message that quotes the sentence it checks), ``lessonlib.scratch()`` (the page's own
+folder for files it makes) and ``lessonlib.publish`` (a file published beside the page); a downloaded notebook starts
 with ``lessonlib.start_page()``, the state every page starts from. None of
 them imports torch until it is used, so the build process, which only renders the pages that
 come from the cache, never imports torch.
@@ -12,7 +13,7 @@ from __future__ import annotations
 from lessonlib import device  # callable: lessonlib.device() is the device; lessonlib.device.cpus() too
 from lessonlib.progress import progress
 
-__all__ = ["claim", "device", "figure_data", "memo", "memoized", "progress", "start_page"]
+__all__ = ["claim", "device", "figure_data", "memo", "memoized", "progress", "publish", "scratch", "start_page"]
 
 
 def __getattr__(name: str):
@@ -32,6 +33,10 @@ def __getattr__(name: str):
         from lessonlib.engine.svg import figure_data
 
         return figure_data
+    if name in ("scratch", "publish"):
+        from lessonlib.engine import page_files
+
+        return getattr(page_files, name)
     if name == "start_page":  # with torch
         from lessonlib.engine.session import start_page
 

@@ -43,7 +43,7 @@ def settings(tmp_path) -> Settings:
 
 
 def test_no_change_and_prose_edits_run_nothing_code_edits_run_again(tmp_path, settings):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     first = execute_page(page_with_side_effect(log), PATH, settings)
     assert (runs(log), first.from_cache, first.blocks_run) == (1, False, 1)
 
@@ -60,7 +60,7 @@ def test_no_change_and_prose_edits_run_nothing_code_edits_run_again(tmp_path, se
 
 
 def test_refresh_forces_a_run(tmp_path, settings):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     execute_page(page_with_side_effect(log), PATH, settings)
     execute_page(page_with_side_effect(log), PATH, Settings(root=tmp_path, cache_dir=settings.cache_dir, refresh=True))
     assert runs(log) == 2
@@ -68,7 +68,7 @@ def test_refresh_forces_a_run(tmp_path, settings):
 
 def test_a_data_file_the_page_reads_is_an_input(tmp_path, settings):
     (tmp_path / "docs" / "data.txt").write_text("3\n")
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     page = page_with_side_effect(log, extra="\nwith open('data.txt') as f:\n    answer = int(f.read())")
     assert "The answer is 3." in execute_page(page, PATH, settings).markdown
     assert execute_page(page, PATH, settings).from_cache
@@ -80,7 +80,7 @@ def test_a_data_file_the_page_reads_is_an_input(tmp_path, settings):
 def test_a_folder_the_page_lists_is_an_input(tmp_path, settings):
     (tmp_path / "docs" / "runs").mkdir()
     (tmp_path / "docs" / "runs" / "a.csv").write_text("")
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     page = page_with_side_effect(log, extra="\nimport glob\nanswer = len(glob.glob('runs/*.csv'))")
     assert "The answer is 1." in execute_page(page, PATH, settings).markdown
     (tmp_path / "docs" / "runs" / "b.csv").write_text("")
@@ -91,7 +91,7 @@ def test_a_helper_module_next_to_the_page_is_an_input_however_it_is_imported(tmp
     helper = tmp_path / "docs" / "helper.py"
     helper.write_text("def scale(x):\n    return 2 * x\n")
     (tmp_path / "docs" / "unrelated.py").write_text("x = 1\n")
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     page = page_with_side_effect(log, extra="\nimport importlib\nanswer = importlib.import_module('helper').scale(21)")
     assert "The answer is 42." in execute_page(page, PATH, settings).markdown
     (tmp_path / "docs" / "unrelated.py").write_text("x = 2\n")
@@ -102,7 +102,7 @@ def test_a_helper_module_next_to_the_page_is_an_input_however_it_is_imported(tmp
 
 
 def test_an_environment_variable_the_page_reads_is_an_input(tmp_path, settings, monkeypatch):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     page = page_with_side_effect(log, extra="\nimport os\nanswer = os.environ.get('FIXTURE_SCALE', '1')")
     monkeypatch.setenv("FIXTURE_SCALE", "5")
     assert "The answer is 5." in execute_page(page, PATH, settings).markdown
@@ -116,7 +116,7 @@ def test_a_lessonlib_module_reached_through_an_attribute_is_an_input(tmp_path, s
     """`import lessonlib` then `lessonlib.X.f()`: no static import names X, the trace does."""
     name = f"_probe_{uuid.uuid4().hex[:8]}"
     module = PACKAGE_ROOT / f"{name}.py"
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     page = page_with_side_effect(log, extra=f"\nimport lessonlib, importlib\nimportlib.import_module('lessonlib.{name}')"
                                             f"\nanswer = lessonlib.{name}.value()")
     try:
@@ -164,7 +164,7 @@ def site(tmp_path_factory, monkeypatch) -> FakeSite:
 
 def test_bumping_a_library_the_page_uses_reruns_it_and_bumping_a_test_tool_reruns_nothing(
         tmp_path, settings, site):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     page = page_with_side_effect(log, extra="\n" + site.imports("fakelib") + "answer = fakelib.answer()")
     first = execute_page(page, PATH, settings)
     assert first.inputs.dists["fakelib"] == "1.0" and {"torch", "numpy"} <= set(first.inputs.dists)
@@ -181,7 +181,7 @@ def test_bumping_a_library_the_page_uses_reruns_it_and_bumping_a_test_tool_rerun
 
 
 def test_bumping_a_library_reruns_a_memoized_call_that_uses_it_and_nothing_else(tmp_path, settings, site):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
 
     def page(version: int) -> str:  # each version of the page runs; its memoized call may not
         return ("```python exec\n" + site.imports("fakelib") + "from lessonlib import memo\n"
@@ -212,7 +212,7 @@ def test_pages_do_not_leak_state_into_each_other(tmp_path, settings):
 
 
 def test_failed_runs_are_not_cached(tmp_path, settings):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     bad = page_with_side_effect(log) + "\n```python exec\nassert answer == 0\n```\n"
     for _ in range(2):
         with pytest.raises(Exception):
@@ -223,7 +223,7 @@ def test_failed_runs_are_not_cached(tmp_path, settings):
 
 @pytest.mark.parametrize("damage", ["truncate", "garble", "tamper", "a folder", "a pipe"])
 def test_a_damaged_entry_is_detected_and_the_page_rerun(tmp_path, settings, damage):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     first = execute_page(page_with_side_effect(log), PATH, settings)
     (entry,) = (settings.cache_dir / "pages").glob("*.json")
     text = entry.read_text()
@@ -290,7 +290,7 @@ def experiment(tmp_path, settings) -> Path:
 
 
 def test_memo_skips_the_call_when_only_a_later_block_changes(tmp_path, settings, experiment):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     first = execute_page(memo_page(log), PATH, settings)
     second = execute_page(memo_page(log, later="print('a later block changed')"), PATH, settings)
     assert runs(log) == 1 and not second.from_cache
@@ -299,7 +299,7 @@ def test_memo_skips_the_call_when_only_a_later_block_changes(tmp_path, settings,
 
 def test_the_build_terminal_says_what_each_computed_call_cost_and_nothing_for_a_reused_one(
         tmp_path, settings, experiment, capfd):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     execute_page(memo_page(log), PATH, settings)
     computed = re.findall(r"^(\S+): computed in \d+\.\d s$", capfd.readouterr().err, re.MULTILINE)
     assert sorted(computed) == ["experiment.train", "on_page"]
@@ -309,7 +309,7 @@ def test_the_build_terminal_says_what_each_computed_call_cost_and_nothing_for_a_
 
 @pytest.mark.parametrize("damage", ["a folder", "a pipe"])
 def test_a_memoized_entry_that_is_not_a_regular_file_is_a_miss(tmp_path, settings, experiment, damage):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     execute_page(memo_page(log), PATH, settings)
     for entry in (settings.cache_dir / "memo").glob("*.json"):  # reading a pipe would hang the page
         entry.unlink()
@@ -321,7 +321,7 @@ def test_a_memoized_entry_that_is_not_a_regular_file_is_a_miss(tmp_path, setting
 
 
 def test_memo_reruns_when_a_helper_module_it_calls_changes(tmp_path, settings, experiment):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     execute_page(memo_page(log), PATH, settings)
     (experiment / "other.py").write_text("x = 2\n")
     execute_page(memo_page(log, later="x = 1"), PATH, settings)
@@ -332,7 +332,7 @@ def test_memo_reruns_when_a_helper_module_it_calls_changes(tmp_path, settings, e
 
 
 def test_memo_reruns_when_a_page_function_or_global_it_reads_changes(tmp_path, settings, experiment):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     values = lambda result: result.outputs.values["local"]  # noqa: E731
     assert values(execute_page(memo_page(log), PATH, settings)) == "6"
     assert values(execute_page(memo_page(log, factor=4), PATH, settings)) == "8", "the page function it calls"
@@ -340,7 +340,7 @@ def test_memo_reruns_when_a_page_function_or_global_it_reads_changes(tmp_path, s
 
 
 def test_memo_refresh_reruns_and_a_hit_equals_a_miss(tmp_path, settings, experiment):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     first = execute_page(memo_page(log), PATH, settings)
     forced = execute_page(memo_page(log), PATH, Settings(root=tmp_path, cache_dir=settings.cache_dir, refresh=True))
     assert runs(log) == 2
@@ -363,7 +363,7 @@ def outer(n):
 
 def test_a_memoized_call_inside_another_makes_both_run_again_when_the_inner_ones_code_changes(
         tmp_path, settings, experiment):
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     first = execute_page(NESTED_PAGE.format(log=str(log)), PATH, settings)
     (experiment / "helpers.py").write_text("def twice(x):\n    return 3 * x\n")  # only train reaches it
     second = execute_page(NESTED_PAGE.format(log=str(log)), PATH, settings)
@@ -372,7 +372,7 @@ def test_a_memoized_call_inside_another_makes_both_run_again_when_the_inner_ones
 
 
 def test_a_memoized_call_depends_on_its_own_code_not_on_the_engine_that_watched_it(tmp_path, settings, experiment):
-    execute_page(memo_page(tmp_path / "log"), PATH, settings)
+    execute_page(memo_page(tmp_path.parent / f"{tmp_path.name}.log"), PATH, settings)
     entries = [json.loads(p.read_text()) for p in (settings.cache_dir / "memo").glob("*.json")]
     (modules,) = [e["manifest"]["modules"] for e in entries if e["function"] == "experiment.train"]
     assert {"docs/experiment.py", "docs/helpers.py"} <= set(modules)
@@ -417,7 +417,7 @@ def train(n, log):
 
 def test_what_a_memoized_call_printed_on_the_page_is_printed_again_when_its_result_is_reused(tmp_path, settings):
     (tmp_path / "docs" / "prints.py").write_text(PRINTS)
-    log = tmp_path / "log"
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
     block = f"```python exec\nfrom prints import train\nprint('before')\nresult = train(3, {str(log)!r})\nprint('after')\n```\n"
     first = execute_page(block, PATH, settings)
     again = execute_page(block + "\n```python exec\nx = 1\n```\n", PATH, settings)
@@ -442,7 +442,7 @@ result = train(10, {log!r})
 def test_pages_side_by_side_compute_a_shared_memoized_call_once(tmp_path, tmp_path_factory, settings, experiment):
     """Both pages miss at the same moment; the second waits for the first's result instead of
     computing it again (the call takes long enough that, without the lock, both would run it)."""
-    log, barrier = tmp_path / "log", tmp_path_factory.mktemp("barrier")
+    log, barrier = tmp_path.parent / f"{tmp_path.name}.log", tmp_path_factory.mktemp("barrier")
     (experiment / "helpers.py").write_text("import time\n\ndef twice(x):\n    time.sleep(1)\n    return 2 * x\n")
     pages = [(SHARED_CALL.format(barrier=str(barrier), name=name, log=str(log)), f"docs/{name}.md") for name in "ab"]
     a, b = execute_pages(pages, Settings(root=tmp_path, cache_dir=settings.cache_dir, workers=2))
@@ -477,7 +477,8 @@ def stored(settings: Settings, folder: str) -> list[str]:
 def test_past_the_limit_the_entries_used_least_recently_go_and_only_run_again(tmp_path, settings, experiment):
     """With no room at all, a run keeps only what it used: hits (of a page or of a memoized
     call) count as use. What was dropped runs again when next needed."""
-    tight, log, other = replace(settings, cache_limit_mb=0), tmp_path / "log", tmp_path / "other"
+    tight = replace(settings, cache_limit_mb=0)
+    log, other = (tmp_path.parent / f"{tmp_path.name}.{name}" for name in ("log", "other"))  # outside the project
     execute_pages([(memo_page(log), PATH)], tight)
     edited = memo_page(log, later="x = 1")
     execute_pages([(edited, PATH)], tight)  # the page runs again, its memoized call is a hit

@@ -145,11 +145,12 @@ def test_checkouts_sharing_one_cache_each_get_their_own_results(tmp_path):
             assert printed(READS, Settings(root=root, cache_dir=cache))[0] == f"{name}\n"
 
 
-def test_a_file_a_page_writes_before_reading_it_back_does_not_run_it_again(tmp_path, settings):
-    page = "```python exec\nopen('made.txt', 'w').write('made')\nprint(open('made.txt').read())\n```\n"
+def test_a_file_a_page_writes_into_its_scratch_folder_and_reads_back_does_not_run_it_again(tmp_path, settings):
+    page = ("```python exec\nimport lessonlib\nmade = lessonlib.scratch() / 'made.txt'\nmade.write_text('made')\n"
+            "print(made.read_text())\n```\n")
     assert printed(page, settings) == ("made\n", False)
     assert printed(page, settings) == ("made\n", True)
-    assert os.path.exists(tmp_path / "docs/made.txt")
+    assert not os.path.exists(tmp_path / "docs/made.txt")
 
 
 def test_the_recorder_reads_only_the_events_it_records(tmp_path, monkeypatch):

@@ -80,7 +80,7 @@ def test_check_and_the_claims_binding_read_past_a_source_block(tmp_path, lessonl
 
 MEMO_MODULE = '''\
 def slow(x):
-    with open("log", "a") as f:
+    with open(__import__("pathlib").Path.cwd().parent.with_suffix(".log"), "a") as f:
         f.write("ran\\n")
     return 2 * x
 
@@ -97,7 +97,7 @@ def memo_page(extra: str = "") -> str:
 
 
 def runs(folder: Path) -> int:
-    log = folder / "log"
+    log = folder.parent.with_suffix(".log")  # outside the project (tmp_path.log): a page may not write in it
     return log.read_text().count("ran") if log.exists() else 0
 
 
@@ -149,7 +149,9 @@ def test_memo_option_must_name_callables(settings):
 def test_the_notebook_shows_the_source_and_runs_the_memoized_block_from_the_cache(tmp_path, settings, monkeypatch):
     docs = tmp_path / "docs"
     (docs / "shownmod.py").write_text(shown_module())
-    text = SHOWN + ('\n```python exec\ndef double(x):\n    with open("log", "a") as f:\n        f.write("ran\\n")\n'
+    text = SHOWN + ('\n```python exec\ndef double(x):\n'
+                    '    with open(__import__("pathlib").Path.cwd().parent.with_suffix(".log"), "a") as f:\n'
+                    '        f.write("ran\\n")\n'
                     '    return 2 * x\n```\n\n```python exec memo="double"\n'
                     'text = f"""{double(21)}\n    two\n      lines"""\nprint(text)\n```\n')
     result = execute_page(text, PATH, settings)

@@ -14,6 +14,7 @@ user's: lessonlib.engine.config.user_cache_dir). Nothing here imports torch.
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import errno
 import fcntl
@@ -129,8 +130,11 @@ class PageCache:
             blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]],
                                   Source(**b["source"]) if b.get("source") else None)
                       for b in payload["blocks"]]
+            published = {name: base64.b64decode(data, validate=True)
+                         for name, data in payload.get("published", {}).items()}
             touch(path)
-            return Entry(PageOutputs(blocks, dict(payload["inline"])), Manifest.from_json(payload["manifest"]))
+            outputs = PageOutputs(blocks, dict(payload["inline"]), published)
+            return Entry(outputs, Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:
             return None
         except (ValueError, KeyError, TypeError):
@@ -141,6 +145,9 @@ class PageCache:
         blocks, inline = entry.outputs.blocks, entry.outputs.values
         payload = {"blocks": [asdict(b) for b in blocks], "inline": inline,
                    "manifest": entry.manifest.to_json()}
+        if entry.outputs.published:  # absent from entries that publish nothing (and from older ones)
+            payload["published"] = {name: base64.b64encode(data).decode()
+                                    for name, data in sorted(entry.outputs.published.items())}
         write_atomically(self.root / f"{key}.json", json.dumps({"checksum": _checksum(payload), "payload": payload}))
 
     def lock(self, key: str, wait: bool) -> IO | None:

@@ -54,6 +54,7 @@ class Settings:
     output_limit_kb: float = 1024  # per block, text and figures
     cache_limit_mb: float = 1024  # page entries and memoized results; the least recently used go first
     keep_going: bool = False  # run a page on past a failed assert, then fail it naming every failed assert
+    publish_limit_mb: float = 10  # per page: the files it publishes beside itself (lessonlib.publish)
     device: str = "cpu"  # the torch device pages run on (LESSONLIB_DEVICE): cpu, cuda, cuda:1
     perturb: tuple[str, ...] = ()  # scripts/robustness only (LESSONLIB_PERTURB): subnormals, threads=N
 
@@ -68,6 +69,7 @@ class Settings:
             "workers": options.whole_number("workers", self.workers),
             "output_limit_kb": options.positive("output_limit_kb", self.output_limit_kb, "KB"),
             "cache_limit_mb": options.at_least_zero("cache_limit_mb", self.cache_limit_mb, "MB"),
+            "publish_limit_mb": options.positive("publish_limit_mb", self.publish_limit_mb, "MB"),
         }
         if self.memory_limit_mb is not None:
             checked["memory_limit_mb"] = options.positive("memory_limit_mb", self.memory_limit_mb, "MB")
@@ -123,6 +125,9 @@ def _lesson_config() -> type:
         """What one block may print and draw, text and figures together."""
         cache_limit_mb = c.Type((int, float), default=1024)
         """The cache's size; past it, the entries used least recently go first."""
+        publish_limit_mb = c.Type((int, float), default=10)
+        """What one page may publish beside itself with lessonlib.publish (model weights ...),
+        its files together; they are kept in its cache entry too."""
 
     return LessonConfig
 
@@ -140,7 +145,8 @@ def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settin
         cache_dir = root / config.cache_dir if config.cache_dir else user_cache_dir()
         settings = Settings(root=root, timeout=config.timeout, cache_dir=cache_dir,
                             workers=config.workers, memory_limit_mb=config.memory_limit_mb,
-                            output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb)
+                            output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb,
+                            publish_limit_mb=config.publish_limit_mb)
     except SetupError as e:
         raise SetupError(f"{config_name}, lessonlib option {e}") from None
     return settings.with_environment()

@@ -21,3 +21,20 @@ class LessonError(Exception):
 class SetupError(Exception):
     """One line that names the bad value's source (an option, a variable, the cache folder)
     and how to fix it; shown as it is, never with a traceback."""
+
+
+class WriteError(LessonError):
+    """A page wrote a file under the project outside its scratch folder (lessonlib.engine.inputs
+    sees it). `file`: relative to the root; `reader`: a page of the same build that reads it."""
+
+    def __init__(self, path: str, line: int, file: str, by_process: bool = False, reader: str = "",
+                 outputs_before: list | None = None) -> None:
+        self.file, self.by_process, self.reader = file, by_process, reader
+        who = "a process this block started writes" if by_process else "this block writes"
+        what = f"which {reader} reads" if reader else "a file under the project, where other pages read"
+        message = (f"{who} {file}, {what}: pages are independent, so a page writes only into its scratch "
+                   "folder (lessonlib.scratch()) or publishes beside its page (lessonlib.publish(name, data))")
+        super().__init__(path, line, message, "", outputs_before)
+
+    def read_by(self, reader: str) -> WriteError:
+        return WriteError(self.path, self.line, self.file, self.by_process, reader, self.outputs_before)

@@ -17,9 +17,23 @@ A path is named as the page named it: a symlink's target is part of its fingerpr
 Editor swap and backup files, version control and cache folders are never inputs.
 Manifests name paths relative to the project's root, so an entry means the same in any copy
 of the checkout. ``Manifest.changed`` tells what differs now. Nothing here imports torch.
+
+A page's Recorder also refuses writes under the project (``refuse_writes``): a page is an
+independent unit, and a file one page writes and another reads would make the reader's cached
+result stale (its inputs are checked before the writer runs). Seen and refused before they
+happen, at the page line that made them: ``open`` and ``os.open`` for writing, appending or
+updating, and renaming, replacing, removing, linking, truncating and making or removing folders
+(their audit events), in the page's process and in processes it forks. A process it starts
+(``subprocess``, ``os.system``) is not traced: a file named on its command line that has changed
+(its size, time or inode) or appeared by the end of the block counts as its write, after the
+fact. Not seen: what such a process writes under a name it was not given, writes by compiled
+code that bypasses Python's ``open`` (a C library's own fopen), writes through descriptors opened
+before the page ran or relative to a ``dir_fd``, and writes into an existing sqlite database.
+The page's scratch folder and the cache are not under the project, as far as this is concerned.
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import importlib.metadata
@@ -176,12 +190,46 @@ class Recorder:
     """Records what runs inside ``with recorder.recording():`` reads; recorders nest (a memoized
     call records its own inputs while the page's recorder sees them too)."""
 
-    def __init__(self, project: Path, roots: list[Path], ignored: list[Path], code_files: set[str]) -> None:
+    def __init__(self, project: Path, roots: list[Path], ignored: list[Path], code_files: set[str],
+                 refuse_writes: bool = False) -> None:
         self.project = str(Path(project).resolve())
         self.roots = [str(r.resolve()) for r in roots]
         self.ignored = [str(p.resolve()) for p in ignored] + _installed_prefixes()
         self.code_files = set(code_files)  # e.g. the page, whose code is compiled under its path
         self.seen = Manifest()
+        self.refuse_writes = refuse_writes
+        self.written: dict[str, int] = {}  # portable name: the page line that wrote it (0: unknown)
+        self.named: dict[str, tuple[tuple | None, int]] = {}  # named to a process: its state then, the line
+
+    def refuse_write(self, path: str) -> None:
+        """Raise PermissionError for a write under the project (the write does not happen), and
+        keep it: the page fails for it even if its code catches the error."""
+        if not (self.refuse_writes and self.watches(path)):
+            return
+        name = portable(path, self.project)
+        self.written.setdefault(name, self._page_line())
+        raise PermissionError(errno.EACCES, f"lessonlib: a page may not write {name}, a file under the project; "
+                              "write into lessonlib.scratch() or publish with lessonlib.publish()", path)
+
+    def note_named(self, path: str) -> None:
+        """A file named on a process's command line, as it is before the process runs."""
+        if self.refuse_writes and self.watches(path) and not os.path.isdir(path):
+            self.named.setdefault(path, (_state(path), self._page_line()))
+
+    def first_write(self) -> tuple[str, int, bool] | None:
+        """(name, line, by a process) of the first write under the project seen so far."""
+        for name, line in self.written.items():
+            return name, line, False
+        for path, (before, line) in self.named.items():
+            if _state(path) != before:
+                return portable(path, self.project), line, True
+        return None
+
+    def _page_line(self) -> int:
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_filename not in self.code_files:
+            frame = frame.f_back
+        return frame.f_lineno if frame is not None else 0
 
     @contextmanager
     def recording(self) -> Iterator[Recorder]:
@@ -352,8 +400,29 @@ def _audit(event: str, args: tuple) -> None:
 
 def _on_open(args: tuple) -> None:
     path, mode, flags = args
+    if isinstance(path, (str, bytes, os.PathLike)) and _is_write(mode, flags):
+        _refuse(path)
     if isinstance(path, (str, bytes, os.PathLike)) and _is_read(mode, flags):
         _note("files", path)
+
+
+def _refuse(*paths: object, dir_fd: object = None) -> None:
+    if dir_fd not in (None, -1):  # relative to a folder's descriptor: not resolved (not seen)
+        return
+    for path in paths:
+        if isinstance(path, (str, bytes, os.PathLike)):
+            where = os.path.abspath(os.fsdecode(path))
+            for recorder in _active:
+                recorder.refuse_write(where)
+
+
+def _state(path: str) -> tuple | None:
+    """What tells that a process wrote a file: its size, time and inode (None: absent)."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_size, info.st_mtime_ns, info.st_ino
 
 
 def _on_listing(args: tuple) -> None:
@@ -371,6 +440,15 @@ _RECORDERS: dict[str, Callable[[tuple], None]] = {
     "subprocess.Popen": lambda args: _note_command(args[1], args[2]),  # (executable, args, cwd, env)
     "os.posix_spawn": lambda args: _note_command(args[1], None),  # (path, argv, env)
     "os.system": lambda args: _note_command(args[0], None),  # (command,)
+    # writes: (path, ..., dir_fd) or (src, dst, ..., dir_fds); what they name under the project is refused
+    "os.rename": lambda args: _refuse(args[0], args[1], dir_fd=args[2] if args[2] not in (None, -1) else args[3]),
+    "os.remove": lambda args: _refuse(args[0], dir_fd=args[1]),
+    "os.rmdir": lambda args: _refuse(args[0], dir_fd=args[1]),
+    "os.mkdir": lambda args: _refuse(args[0], dir_fd=args[2]),
+    "os.symlink": lambda args: _refuse(args[1], dir_fd=args[2]),
+    "os.link": lambda args: _refuse(args[1], dir_fd=args[3]),
+    "os.truncate": lambda args: _refuse(args[0]) if not isinstance(args[0], int) else None,
+    "shutil.rmtree": lambda args: _refuse(args[0], dir_fd=args[1] if len(args) > 1 else None),
 }
 
 
@@ -378,6 +456,13 @@ def _by_the_import_system(frame: object) -> bool:
     """A listing made to find modules or distributions, not read by the page."""
     filename = getattr(getattr(frame, "f_code", None), "co_filename", "")
     return filename.startswith("<frozen importlib") or f"{os.sep}importlib{os.sep}metadata" in filename
+
+
+def _is_write(mode: object, flags: object) -> bool:
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return isinstance(flags, int) and ((flags & os.O_ACCMODE) != os.O_RDONLY
+                                       or bool(flags & (os.O_CREAT | os.O_TRUNC | os.O_APPEND)))
 
 
 def _is_read(mode: object, flags: object) -> bool:
@@ -411,6 +496,9 @@ def _note_command(command: object, cwd: object) -> None:
             parts = [text]
         for part in {text, *parts, *(p.split("=", 1)[1] for p in parts if "=" in p)}:
             candidate = os.path.join(folder, part)
+            if part and not part.startswith("-") and os.path.isdir(os.path.dirname(candidate)):
+                for recorder in _active:  # what the process may write, as it is now
+                    recorder.note_named(os.path.abspath(candidate))
             if part and os.path.isfile(candidate):
                 _note("files", candidate)
             elif part and os.path.isdir(candidate):

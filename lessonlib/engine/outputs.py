@@ -48,3 +48,4 @@ class BlockOutput:
 class PageOutputs:
     blocks: list[BlockOutput]  # one per block, in the page's order
     values: dict[str, str]  # inline values, by their source (`{py} x:.2f` -> "x:.2f")
+    published: dict[str, bytes] = field(default_factory=dict)  # lessonlib.publish: written beside the page

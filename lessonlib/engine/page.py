@@ -31,7 +31,7 @@ from lessonlib.engine.cache import (
     prune,
 )
 from lessonlib.engine.config import SEED, Settings
-from lessonlib.engine.errors import LessonError, SetupError
+from lessonlib.engine.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
 from lessonlib.engine.render import render
@@ -93,7 +93,17 @@ def execute_pages(sources: list[tuple[str, str]], settings: Settings,
             results[index] = PageResult(page, render(page, None, None))
     if todo:
         _Run(settings, report).execute(todo, results)
-    return results  # type: ignore[return-value]
+    return _readers_named(results)  # type: ignore[arg-type]
+
+
+def _readers_named(results: list[PageResult | LessonError]) -> list[PageResult | LessonError]:
+    """A page that wrote a file another page of this run read (or probed) fails naming that page."""
+    readers: dict[str, str] = {}
+    for result in results:
+        if isinstance(result, PageResult) and result.inputs is not None:
+            for name in [*result.inputs.files, *result.inputs.probes]:
+                readers.setdefault(name, result.page.path)
+    return [r.read_by(readers[r.file]) if isinstance(r, WriteError) and r.file in readers else r for r in results]
 
 
 class _Run:
@@ -161,6 +171,8 @@ class _Run:
         if entry is None:
             return None
         changed = entry.manifest.changed(self.settings.root, now)
+        if sum(map(len, entry.outputs.published.values())) > self.settings.publish_limit_mb * 2**20:
+            changed = "its published files are over publish_limit_mb"  # the limit was lowered: it fails
         if changed or self.settings.refresh:
             if changed:
                 self.report(f"{page.path}: runs again: {changed}")
@@ -241,7 +253,8 @@ class _Run:
                        cache_dir=cache_dir, refresh=self.settings.refresh,
                        output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack),
                        environment=self.environment, cores=self._cores(), variables=tuple(os.environ.items()),
-                       keep_going=self.settings.keep_going)
+                       keep_going=self.settings.keep_going,
+                       publish_limit=int(self.settings.publish_limit_mb * 2**20))
 
     def _cores(self) -> int:
         """The build's `workers`: pages at once, and processes a page's experiments may start."""

@@ -102,6 +102,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         if errors:
             raise PluginError("\n\n".join(map(str, errors)))
         self.results = {r.page.path: r for r in results}
+        self.published: dict[str, str] = {}  # site path: the page that published it
         self._stage(config)
 
     def _read(self, abs_src_path: str) -> str:
@@ -141,6 +142,13 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         site, folder = Path(config.site_dir), Path(page.file.dest_uri).parent  # where the page's links point
         for name, svg in figure_files(result.page, result.outputs.blocks).items():
             _write_to_site(site, (folder / name).as_posix(), svg)
+        for name, data in result.outputs.published.items():  # lessonlib.publish, one page's files to a name
+            where = (folder / name).as_posix()
+            other = self.published.setdefault(where, path)
+            if other != path:
+                raise PluginError(f"{path}:1: lessonlib.publish({name!r}) writes {where} in the site, "
+                                  f"as {other} does: give one of them another name")
+            _write_to_site(site, where, data)
         notebook = f"{Path(page.file.src_uri).stem}.ipynb"
         store = self.settings.cache_dir / "notebooks" if self.settings.cache_dir else None
         try:
@@ -253,7 +261,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
 
 
-def _write_to_site(site: Path, name: str, text: str) -> None:
+def _write_to_site(site: Path, name: str, text: str | bytes) -> None:
     """The file `name` (a path in the site) of the site being built: a disk that refuses it is
     one line, and the site stays as it was (it is published only once the build is done)."""
     try:

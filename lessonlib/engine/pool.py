@@ -29,7 +29,7 @@ from pathlib import Path
 from lessonlib.engine import lifetime, worker
 from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.config import BUILD_PID
-from lessonlib.engine.errors import LessonError, SetupError
+from lessonlib.engine.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.worker import PAGE_ENVIRONMENT, PageJob
@@ -209,8 +209,11 @@ def _receive(r: _Running, message: object) -> None:
     elif isinstance(message, worker.BlockDone):
         r.outputs.append(message.output)
     elif isinstance(message, worker.Finished):
-        outputs = PageOutputs(r.outputs, message.values)
+        outputs = PageOutputs(r.outputs, message.values, message.published)
         r.result = Ran(outputs, Manifest.from_json(message.manifest), time.monotonic() - r.started)
+    elif isinstance(message, worker.Failed) and message.written:
+        r.result = WriteError(message.path, message.line, message.written, message.by_process,
+                              outputs_before=r.outputs)
     elif isinstance(message, worker.Failed):
         r.result = LessonError(message.path, message.line, message.message, message.detail, r.outputs)
     elif isinstance(message, worker.SetupFailed):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from lessonlib.device import flush_subnormals
-from lessonlib.engine import svg
+from lessonlib.engine import page_files, svg
 from lessonlib.engine.blocks import SOURCE, Block, Inline, ParsedPage
 from lessonlib.engine.capture import Capture, EscapedOutput
 from lessonlib.engine.config import SEED
@@ -74,6 +74,8 @@ class Session:
                         self._run_exec(block)
             except (LessonError, SetupError):  # located already, or nobody's page's fault
                 raise
+            except page_files.Refused as e:  # a bad name or too much to publish: one line, at the call
+                raise LessonError(self.path, e.line, e.message) from None
             except NotFound as e:  # a name on the fence: one line, no traceback
                 option = SOURCE if block.kind == SOURCE else "memo"
                 raise LessonError(self.path, block.start + 1, f"{option}={block.options[option]!r}: {e}") from None
@@ -84,6 +86,7 @@ class Session:
             except BaseException as e:  # KeyboardInterrupt and the like too: only the page raised them
                 raise self._located(e, _described(e, self.output_limit) + _suggestion(e), block) from None
         self._raise_escaped()
+        page_files.check(self.path)
         [output] = captured
         svgs, tables = svg.take_figures(), svg.take_tables()
         result = BlockOutput(output.text, [], tables, shown)

@@ -4,7 +4,10 @@ NumPy and matplotlib imported (lessonlib.engine.pool starts it).
 It tells the build which block it is starting and what each finished block printed, so that
 whatever ends the process (an exit, a crash, a kill for time or memory) is located at that
 block and the blocks before still show; it records what the page read; and it sends back the
-inline values and the manifest of inputs, or a located failure. Every process the page started
+inline values, the files it published and the manifest of inputs, or a located failure. A
+write under the project fails the page at the line that made it (lessonlib.engine.inputs); the
+page's scratch folder is made before it runs and removed once its processes have ended
+(lessonlib.engine.page_files). Every process the page started
 ends with the page: one still running when it ends fails it. The page's stdin is empty, and
 its stdout and stderr (outside what blocks capture) are a pipe the build reads: no process of
 a page holds the build's own. This module imports no torch: the build imports it for the
@@ -18,16 +21,17 @@ import faulthandler
 import os
 import signal
 import sys
+import tempfile
 import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
 from lessonlib.device import limit_cpus
-from lessonlib.engine import capture, lifetime
+from lessonlib.engine import capture, lifetime, page_files
 from lessonlib.engine.blocks import ParsedPage, parse_page
 from lessonlib.engine.config import SEED
-from lessonlib.engine.errors import LessonError, SetupError
+from lessonlib.engine.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.inputs import Recorder
 from lessonlib.engine.outputs import BlockOutput
 
@@ -51,6 +55,7 @@ class PageJob:
     cores: int  # the build's `workers`: the most processes the page's experiments may start
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
     keep_going: bool = False  # run on past a failed assert, then fail naming every one
+    publish_limit: int = 10 * 2**20  # bytes a page may publish beside itself (lessonlib.publish)
 
     @property
     def folder(self) -> Path:
@@ -73,6 +78,7 @@ class BlockDone:
 class Finished:
     values: dict[str, str]  # inline values by source
     manifest: dict  # Manifest.to_json()
+    published: dict[str, bytes] = field(default_factory=dict)  # lessonlib.publish: name -> content
 
 
 @dataclass(frozen=True)
@@ -81,6 +87,8 @@ class Failed:
     line: int
     message: str
     detail: str = ""
+    written: str = ""  # a WriteError's file
+    by_process: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,9 +112,12 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
     limit_cpus(job.cores)
     page = parse_page(job.text, job.path)
     children = _Children(page)
+    scratch = Path(tempfile.mkdtemp(prefix=f"lessonlib-scratch-{Path(job.path).stem}-"))
     message: object
     try:
-        message = _run(conn, job, page, children)
+        message = _run(conn, job, page, children, scratch)
+    except WriteError as e:
+        message = Failed(e.path, e.line, e.message, e.detail, e.file, e.by_process)
     except LessonError as e:
         message = Failed(e.path, e.line, e.message, e.detail)
     except SetupError as e:
@@ -117,6 +128,7 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
         message = _end_like_an_exit(children, message)
     except BaseException:
         message = Failed(job.path, 1, "the engine failed while ending the page's processes", traceback.format_exc())
+    page_files.remove(scratch)  # its processes have ended: nothing writes there any more
     conn.send(message)
     conn.close()
 
@@ -130,7 +142,7 @@ def _stdio(output: Connection) -> None:
     output.close()
 
 
-def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) -> Finished:
+def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children, scratch: Path) -> Finished:
     import matplotlib
 
     matplotlib.use("Agg")  # no display at build time
@@ -140,7 +152,8 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
 
     cache = [Path(job.cache_dir)] if job.cache_dir else []
     roots = [Path(r) for r in job.source_roots]
-    recorder = Recorder(Path(job.root), roots, cache, code_files={job.path})
+    recorder = Recorder(Path(job.root), roots, [*cache, scratch], code_files={job.path}, refuse_writes=True)
+    page_files.begin(job.path, scratch, job.publish_limit)
     for line, name in shadowed_imports(page, Path(job.folder), {m.partition(".")[0] for m in sys.modules}):
         raise LessonError(page.path, line, f"the helper {name}.py beside the page has the name of the module "
                           f"`{name}`, which the build loads before any page runs, so this import finds "
@@ -152,14 +165,28 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children) 
         with memo_store(store):
             for index, block in enumerate(page.blocks):
                 conn.send(Started(index))
-                output = session.run(block)
+                try:
+                    output = session.run(block)
+                finally:  # a refused write is why a block failed, and fails one that caught it
+                    _no_writes(recorder, page.path, block.start + 1)
                 children.seen_after(index)
                 conn.send(BlockDone(output))
             conn.send(Started(None))
-            values = session.values()
+            try:
+                values = session.values()
+            finally:
+                _no_writes(recorder, page.path, page.inlines[0].line if page.inlines else 1)
             session.assert_all_held()
             children.seen_after(len(page.blocks))
-    return Finished(values, recorder.manifest(namespaces=[session.namespace]).to_json())
+    return Finished(values, recorder.manifest(namespaces=[session.namespace]).to_json(),
+                    page_files.take_published())
+
+
+def _no_writes(recorder: Recorder, path: str, line: int) -> None:
+    written = recorder.first_write()
+    if written is not None:
+        file, at, by_process = written
+        raise WriteError(path, at or line, file, by_process)
 
 
 def shadowed_imports(page: ParsedPage, folder: Path, loaded: set[str]) -> list[tuple[int, str]]:
