@@ -97,11 +97,15 @@ def test_a_thread_joined_in_its_block_is_that_blocks_output():
 def test_a_memoized_calls_descriptor_level_output_is_shown_again_on_a_hit(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
-    (docs / "noisy.py").write_text(textwrap.dedent("""\
+    log = tmp_path.parent / f"{tmp_path.name}.log"
+    (docs / "noisy.py").write_text(textwrap.dedent(f"""\
         import subprocess, sys
 
+        LOG = {str(log)!r}  # outside the project: a page writes there only into its scratch folder
+
+
         def call(n):
-            with open("log", "a") as f:
+            with open(LOG, "a") as f:
                 f.write("ran\\n")
             print("python", n)
             subprocess.run([sys.executable, "-c", "print('child')"], check=True)
@@ -111,6 +115,6 @@ def test_a_memoized_calls_descriptor_level_output_is_shown_again_on_a_hit(tmp_pa
     page = '```python exec\nimport noisy\n```\n\n```python exec memo="noisy.call"\nprint(noisy.call(1))\n```\n'
     first = execute_page(page, PATH, settings)
     second = execute_page(page.replace("import noisy", "import noisy  # an edit: the page runs again"), PATH, settings)
-    assert (docs / "log").read_text() == "ran\n", "the second run found the call in the cache"
+    assert log.read_text() == "ran\n", "the second run found the call in the cache"
     assert [b.text for b in first.outputs.blocks] == [b.text for b in second.outputs.blocks] == [
         "", "python 1\nchild\n2\n"]
