@@ -229,7 +229,7 @@ def losses_in_bits(first, last, steps=300):
 @pytest.mark.parametrize("losses, expected", [
     (losses_in_bits(6.2, 3.6), "and it is falling"),
     (losses_in_bits(6.2, 3.6, 150), "Run 150 more steps: exercise.train(train_chunk, steps=300)"),
-    (losses_in_bits(6.2, 6.0, 100), "still learning: after 100 steps the loss is 6.1"),
+    (losses_in_bits(6.2, 6.0, 100), "still learning: after 100 steps the loss is 6.05"),
     (losses_in_bits(6.2, 6.2), "this will not learn: after 300 steps the loss is still 6.20 bits"),
     (losses_in_bits(6.2, math.nan), "NaN"),
 ])
@@ -243,3 +243,5 @@ def test_the_outcome_checker_tells_still_learning_from_will_not_learn(losses, ex
 def test_the_outcome_checker_passes_at_the_bound(capsys):
     exercise.check_learned([exercise.OUTCOME.bound / exercise.BITS] * 300, V)
     assert capsys.readouterr().out.startswith("✓")
+    above = exercise.diagnose_learned([(exercise.OUTCOME.bound + 0.01) / exercise.BITS] * 300, V)
+    assert above is not None and above.startswith("still learning"), above

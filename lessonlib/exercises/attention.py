@@ -363,15 +363,30 @@ def compare_padding(masked: PaddingEffect, unmasked: PaddingEffect, width: int) 
 class Outcome:
     """The notebook's training run and the bound its model with attention must pass.
 
-    Where the numbers come from: MEASURED.
-    `measure_outcome(range(5))` measures it again.
+    Where the numbers come from: the notebook's published solution (scaled dot-product
+    attention, the same as dot_product_attention) and the model without attention, each trained
+    by train on the budget TRAINING (800 steps), seeds 0-7, on a shared 2-core machine; exact
+    match on the notebook's 300 fixed strings of length 12, the longest it measures:
+        seed            0     1     2     3     4     5     6     7
+        with attention  0.427 0.460 0.490 0.447 0.613 0.750 0.627 0.510
+        without         0.127 0.140 0.073 0.120 0.190 0.140 0.097 0.113
+    (the notebook's run is seed 0, the lowest of the eight). At length 4 the model with attention
+    scored 0.99-1.00 on every seed. There is no plateau: the loss starts at a uniform guess
+    (ln 13 = 2.565) and its 20-step mean is half a nat below it by step 20 on every seed (step
+    21-27 without attention). So
+    - steps = 800, the notebook's budget;
+    - bound = 0.3 at length 12: 0.13 below the lowest seed, a margin for other CPUs and thread
+      counts, and 0.11 above the best model without attention, so passing it takes attention;
+    - without = 0.2: a full run no better than this has not used its attention at all;
+    - start = 20: a loss still near its start after the budget is no plateau.
+    Each seed (both models) took 23-39 s. `measure_outcome(range(8))` measures it again.
     """
 
     steps: int = TRAINING["steps"]  # the notebook's run, seed 0
     length: int = 12  # the longest the notebook measures, where attention matters most
-    bound: float = 0.0  # exact match at `length`, with attention
-    without: float = 0.0  # the most the model without attention reached at `length`
-    start: int = 0  # the latest step at which the solution's loss left its start
+    bound: float = 0.3  # exact match at `length`, with attention
+    without: float = 0.2  # above the most the model without attention reached at `length` (0.19)
+    start: int = 20  # the latest step at which the solution's loss was half a nat below its start
 
 
 OUTCOME = Outcome()
@@ -383,7 +398,10 @@ class Result:
     losses: list[float]  # the training loss at every step
 
 
-def left_start(losses: list[float], window: int = 20, below: float = 0.0) -> int | None:
+UNIFORM_LOSS = math.log(seq2seq.VOCAB_SIZE)  # a uniform guess among the tokens: ln 13 = 2.565
+
+
+def left_start(losses: list[float], window: int = 20, below: float = UNIFORM_LOSS - 0.5) -> int | None:
     """The first step at which the mean loss of the last `window` steps is below `below`."""
     for step in range(window, len(losses) + 1):
         if sum(losses[step - window : step]) / window < below:
