@@ -243,6 +243,7 @@ PLATEAU = exercise.PLATEAU_LOSS
     (losses_from(PLATEAU, PLATEAU, 300), 0.0, "still learning: after 300 steps the loss is 2.167, on the plateau"),
     (losses_from(PLATEAU, PLATEAU, exercise.OUTCOME.steps), 0.0, "still learning"),
     (losses_from(PLATEAU, 1.25), 0.10, "still learning: 10% of the ciphertexts written right after 600 steps"),
+    (losses_from(PLATEAU, 1.25), 0.10, "Run 600 more steps: exercise.train(parts, causal=True, steps=1200)"),
     (losses_from(PLATEAU, PLATEAU, exercise.OUTCOME.enough), 0.0, "this will not learn: after"),
     (losses_from(PLATEAU, 0.05), 0.0, "reads the token it must predict"),
     (losses_from(PLATEAU, math.nan), 0.0, "NaN"),

@@ -265,16 +265,38 @@ def train(parts: Parts, *, causal: bool, seed: int = 1, steps: int = 600) -> cae
 class Outcome:
     """The notebook's masked run and the bound its ciphertexts must pass.
 
-    Where the numbers come from: MEASURED below. The course's solution (REFERENCE, the same
-    functions as the notebook's published solutions) trained by train(causal=True) ...
+    Where the numbers come from: the course's solution (REFERENCE, the same functions as the
+    notebook's published solutions) trained by train(causal=True) for 600 steps (the notebook's
+    run) and again for 1,500, seeds 0-9, on a shared 2-core machine (the first 600 steps of the
+    long runs were the same, bit for bit). The measure is the notebook's: the share of the 500
+    held-out ciphertexts that the model writes exactly right, caesar.generation's "exact".
+        seed               0     1     2     3     4     5     6     7     8     9
+        600 steps          0.000 0.988 0.150 0.006 0.098 0.098 0.108 1.000 0.000 0.090
+        1,500 steps        0.086 1.000 1.000 0.004 0.118 0.090 1.000 1.000 0.004 1.000
+        left the plateau   506   286   294   277   244   237   346   281   313   343
+        near the floor     -     419   642   -     -     -     861   469   -     661
+    The loss falls from ln 11 to a plateau at 2.17 within about 50 steps (the ciphertext guessed
+    at chance: PLATEAU_LOSS), stays there, and its 20-step mean goes below 2.10 at the step in
+    "left the plateau". Then it falls to the floor, 1.08 (within 0.05: "near the floor"), where
+    the ciphertexts come out right; or it stops on the way for a long time: seeds 0, 4 and 5 sat
+    at 1.22 (one ciphertext position in eight still wrong) and seeds 3 and 8 higher, still at
+    step 1,500. So the task is learned by 600 steps on a few seeds only, among them the
+    notebook's seed 1, and
+    - steps = 600, seed = 1, the notebook's run, which wrote 98.8% of the ciphertexts right;
+    - bound = 0.9: 0.09 below the notebook's run, a margin for other CPUs and thread counts;
+      a model stopped on the way writes 15% or fewer;
+    - plateau = 506, the latest any seed left the plateau (seed 0);
+    - enough = 1,200: 2.4 times that, and past the latest step a passing seed neared the floor
+      (861); a loss still on the plateau after it is no longer a slow start.
+    Each 600-step run took 9-16 s, each 1,500-step run 24-40 s.
     `measure_outcome(range(10))` measures it again.
     """
 
     steps: int = 600  # the notebook's run: train's default budget, seed 1
     seed: int = 1
     bound: float = 0.9  # ciphertexts written exactly right, of caesar.generation's 500 held-out sequences
-    plateau: int = 0  # the longest stay on the plateau measured
-    enough: int = 0  # a budget after which a loss still on the plateau means something is wrong
+    plateau: int = 506  # the latest step at which a seed left the plateau (seed 0)
+    enough: int = 1200  # a budget after which a loss still on the plateau means something is wrong
 
 
 OUTCOME = Outcome()
@@ -340,10 +362,12 @@ def diagnose_learned(result: Result, bound: float = OUTCOME.bound) -> str | None
                 f"is guessed at chance ({PLATEAU_LOSS:.2f}); the solution stays there for up to "
                 f"{OUTCOME.plateau} steps on some seeds before it falls. Run {OUTCOME.enough - steps} more steps: "
                 f"exercise.train(parts, causal=True, steps={OUTCOME.enough}).")
-    more = max(steps, 300)
+    more = max(steps, 600)
     return (f"still learning: {result.exact:.0%} of the ciphertexts written right after {steps} steps, below "
             f"the {bound:.0%} to reach, and the loss has left the plateau ({last:.3f}; the floor is "
-            f"{FLOOR:.3f}). Run {more} more steps: exercise.train(parts, causal=True, steps={steps + more}).")
+            f"{FLOOR:.3f}). Run {more} more steps: exercise.train(parts, causal=True, steps={steps + more}). "
+            "The solution, too, stops on the way for over a thousand steps on some seeds; if the loss "
+            "does not move, train with another seed as well, e.g. seed=7.")
 
 
 def check_learned(run: caesar.Trained | Result, bound: float = OUTCOME.bound) -> None:
