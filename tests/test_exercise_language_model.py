@@ -50,8 +50,8 @@ def test_solution_runs_learns_and_writes():
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     notebook_cells.execute(nb, NOTEBOOK.parent, timeout=600)
     assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
-    for tag in ("check-sample", "check-train-chunk"):
-        assert text(tagged(nb, tag)).startswith("✓"), tag
+    for tag in ("check-sample", "check-train-chunk", "check-learned"):
+        assert text(tagged(nb, tag)).startswith("✓"), (tag, text(tagged(nb, tag)))
     report = "".join(text(c) for c in nb.cells)
     losses = [float(b) for b in re.findall(r"step +\d+: ([\d.]+) bits per character", report)]
     assert len(losses) == 4 and losses[-1] < losses[0] - 2, report
@@ -69,15 +69,21 @@ def test_unsolved_notebook_stops_at_the_first_checker():
     assert "sample() is still the stub" in str(info.value)
 
 
+@pytest.fixture(scope="module")
+def kernel():
+    with notebook_cells.kernel(NOTEBOOK.parent) as run:
+        yield run
+
+
 @pytest.mark.parametrize("tag, edit, expected", [
     ("exercise-sample", ("logits = logits / temperature", "logits = logits * temperature"), "works backwards"),
     ("exercise-sample", ("logits < kth", "logits <= kth"), "off-by-one"),
     ("exercise-train-chunk", ("state = tuple(s.detach() for s in state) if isinstance(state, tuple) else state.detach()",
                               "state = state"), "still attached"),
 ])
-def test_a_listed_mistake_stops_the_notebook_at_its_checker(tag, edit, expected):
+def test_a_listed_mistake_stops_the_notebook_at_its_checker(kernel, tag, edit, expected):
     with pytest.raises(CellExecutionError) as info:
-        notebook_cells.execute(solved({tag: edit}), NOTEBOOK.parent)
+        kernel(solved({tag: edit}))
     assert info.value.ename == "LanguageModelCheckError"
     assert expected in str(info.value)
 
@@ -209,3 +215,33 @@ def test_train_and_write_use_the_readers_functions():
 
     out = exercise.write(model, tok, spy_sample, "HAM", 5, 0.7, top_k=3)
     assert out.startswith("HAM") and len(out) == 8 and drawn == [(0.7, 3)] * 5
+
+
+# ----------------------------------------------------------------------------- the outcome
+
+V = 73  # the lesson's characters: a uniform guess is log2(73) = 6.19 bits
+
+
+def losses_in_bits(first, last, steps=300):
+    return [(first + (last - first) * i / (steps - 1)) / exercise.BITS for i in range(steps)]
+
+
+@pytest.mark.parametrize("losses, expected", [
+    (losses_in_bits(6.2, 3.6), "and it is falling"),
+    (losses_in_bits(6.2, 3.6, 150), "Run 150 more steps: exercise.train(train_chunk, steps=300)"),
+    (losses_in_bits(6.2, 6.0, 100), "still learning: after 100 steps the loss is 6.05"),
+    (losses_in_bits(6.2, 6.2), "this will not learn: after 300 steps the loss is still 6.20 bits"),
+    (losses_in_bits(6.2, math.nan), "NaN"),
+])
+def test_the_outcome_checker_tells_still_learning_from_will_not_learn(losses, expected):
+    problem = exercise.diagnose_learned(losses, V)
+    assert problem is not None and expected in problem, problem
+    with pytest.raises(exercise.LanguageModelCheckError):
+        exercise.check_learned(losses, V)
+
+
+def test_the_outcome_checker_passes_at_the_bound(capsys):
+    exercise.check_learned([exercise.OUTCOME.bound / exercise.BITS] * 300, V)
+    assert capsys.readouterr().out.startswith("✓")
+    above = exercise.diagnose_learned([(exercise.OUTCOME.bound + 0.01) / exercise.BITS] * 300, V)
+    assert above is not None and above.startswith("still learning"), above

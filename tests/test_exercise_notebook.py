@@ -10,6 +10,7 @@ import math
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import nbformat
 import notebook_cells
@@ -56,6 +57,7 @@ def test_solution_passes_and_attention_wins():
     gain = re.search(r"at length (\d+) your attention adds ([+-]\d+)% exact-match accuracy", report)
     assert gain, report
     assert int(gain.group(2)) >= 20, f"attention should clearly win at the longest length:\n{report}"
+    assert text(tagged(nb, "check-learned")).startswith("✓"), text(tagged(nb, "check-learned"))
     assert "✓ attend() with a mask matches the reference" in text(tagged(nb, "check-mask"))
     assert "✗" not in report and report.count("✓ expected:") == 4, report  # the solution meets every expectation
     # question 3's answer: without the mask, far more of the long strings' answers change
@@ -155,6 +157,42 @@ def test_train_uses_the_readers_function():
 
     model = exercise.train(spy, steps=2)
     assert calls and model.decoder.attend is spy
+    assert len(model.losses) == 2 and all(math.isfinite(loss) for loss in model.losses)
     src, _ = exercise.seq2seq.make_batch(5, 2, torch.Generator().manual_seed(0))
     tokens, weights = model.greedy_decode(src, max_len=6)
     assert weights.shape == (2, 6, 5)
+
+
+# ----------------------------------------------------------------------------- the outcome
+
+def losses_from(first, last, steps=exercise.OUTCOME.steps):
+    return [first + (last - first) * i / (steps - 1) for i in range(steps)]
+
+
+def at_longest(accuracy):
+    return {4: 1.0, exercise.OUTCOME.length: accuracy}
+
+
+START = 2.6  # about ln 13, a uniform guess among the tokens
+BUDGET = exercise.OUTCOME.steps
+
+
+@pytest.mark.parametrize("losses, accuracy, expected", [
+    (losses_from(START, 0.3, 200), 0.05, "still learning: 5% right at length 12 after 200 steps"),
+    (losses_from(START, 0.3, 200), 0.05, f"Run {BUDGET - 200} more steps: exercise.train(attend, steps={BUDGET})"),
+    (losses_from(START, 0.2), (exercise.OUTCOME.without + exercise.OUTCOME.bound) / 2, "still learning"),
+    (losses_from(START, 0.2), exercise.OUTCOME.without, "this will not learn to use attention"),
+    (losses_from(START, START), 0.0, "this will not learn: after"),
+    (losses_from(START, math.nan), 0.0, "NaN"),
+])
+def test_the_outcome_checker_tells_still_learning_from_will_not_learn(losses, accuracy, expected):
+    result = exercise.Result(at_longest(accuracy), losses)
+    problem = exercise.diagnose_learned(result)
+    assert problem is not None and expected in problem, problem
+    with pytest.raises(exercise.AttentionCheckError):
+        exercise.check_learned(SimpleNamespace(losses=losses), at_longest(accuracy))
+
+
+def test_the_outcome_checker_passes_at_the_bound(capsys):
+    exercise.check_learned(SimpleNamespace(losses=losses_from(START, 0.1)), at_longest(exercise.OUTCOME.bound))
+    assert capsys.readouterr().out.startswith("✓")

@@ -7,6 +7,7 @@ are tested directly as well.
 """
 from __future__ import annotations
 
+import math
 import re
 import sys
 from pathlib import Path
@@ -56,8 +57,8 @@ def test_solution_runs_and_shows_the_leak():
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     execute(nb)
     assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
-    for tag in ("check-mask", "check-attention", "check-heads", "check-assembled"):
-        assert text(tagged(nb, tag)).startswith("✓"), tag
+    for tag in ("check-mask", "check-attention", "check-heads", "check-assembled", "check-learned"):
+        assert text(tagged(nb, tag)).startswith("✓"), (tag, text(tagged(nb, tag)))
     report = "".join(text(c) for c in nb.cells)
     rows = {m.group(1): (float(m.group(2)), int(m.group(3))) for m in re.finditer(
         r"(with(?:out)? the mask): training loss ([\d.]+), .*?ciphertexts written right (\d+)%", report)}
@@ -88,6 +89,12 @@ def test_unsolved_notebook_stops_at_the_first_checker():
     assert "causal_mask() is still the stub" in str(info.value)
 
 
+@pytest.fixture(scope="module")
+def kernel():
+    with notebook_cells.kernel(NOTEBOOK.parent) as run:
+        yield run
+
+
 @pytest.mark.parametrize("tag, edit, expected", [
     ("exercise-mask", (".tril()", ".tril(-1)"), "hides the diagonal"),
     ("exercise-attention", ('''    scores = scores.masked_fill(~mask, float("-inf"))       # hidden keys: exp(-inf) = 0
@@ -95,9 +102,9 @@ def test_unsolved_notebook_stops_at_the_first_checker():
                             '''    weights = scores.softmax(dim=-1) * mask'''), "after the softmax"),
     ("exercise-heads", ("x.transpose(1, 2).reshape", "x.permute(0, 2, 3, 1).reshape"), "merge_heads is transposed"),
 ])
-def test_a_listed_mistake_stops_the_notebook_at_its_checker(tag, edit, expected):
+def test_a_listed_mistake_stops_the_notebook_at_its_checker(kernel, tag, edit, expected):
     with pytest.raises(CellExecutionError) as info:
-        execute(solved({tag: edit}))
+        kernel(solved({tag: edit}))
     assert info.value.ename == "AttentionCheckError"
     assert expected in str(info.value)
 
@@ -221,3 +228,40 @@ def test_train_uses_the_readers_functions():
     exercise.train(exercise.REFERENCE._replace(masked_attention=spy), causal=True, steps=2)
     assert calls and torch.equal(calls[0], exercise.REFERENCE.causal_mask(calls[0].shape[-1]))
     assert len(run.losses) == 2
+
+
+# ----------------------------------------------------------------------------- the outcome
+
+def losses_from(first, last, steps=600):
+    return [first + (last - first) * i / (steps - 1) for i in range(steps)]
+
+
+PLATEAU = exercise.PLATEAU_LOSS
+
+
+@pytest.mark.parametrize("losses, exact, expected", [
+    (losses_from(PLATEAU, PLATEAU, 300), 0.0, "still learning: after 300 steps the loss is 2.167, on the plateau"),
+    (losses_from(PLATEAU, PLATEAU, exercise.OUTCOME.steps), 0.0, "still learning"),
+    (losses_from(PLATEAU, 1.25), 0.10, "still learning: 10% of the ciphertexts written right after 600 steps"),
+    (losses_from(PLATEAU, 1.25), 0.10, "Run 600 more steps: exercise.train(parts, causal=True, steps=1200)"),
+    (losses_from(PLATEAU, PLATEAU, exercise.OUTCOME.enough), 0.0, "this will not learn: after"),
+    (losses_from(PLATEAU, 0.05), 0.0, "reads the token it must predict"),
+    (losses_from(PLATEAU, math.nan), 0.0, "NaN"),
+])
+def test_the_outcome_checker_tells_still_learning_from_will_not_learn(losses, exact, expected):
+    result = exercise.Result(exact, losses)
+    problem = exercise.diagnose_learned(result)
+    assert problem is not None and expected in problem, problem
+    with pytest.raises(exercise.AttentionCheckError):
+        exercise.check_learned(result)
+
+
+def test_a_run_on_the_plateau_is_told_how_long_to_train():
+    problem = exercise.diagnose_learned(exercise.Result(0.0, losses_from(PLATEAU, PLATEAU, 300)))
+    enough = exercise.OUTCOME.enough
+    assert f"Run {enough - 300} more steps: exercise.train(parts, causal=True, steps={enough})" in problem
+
+
+def test_the_outcome_checker_passes_at_the_bound(capsys):
+    exercise.check_learned(exercise.Result(exercise.OUTCOME.bound, losses_from(PLATEAU, 1.09)))
+    assert capsys.readouterr().out.startswith("✓")

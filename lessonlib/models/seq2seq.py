@@ -248,7 +248,7 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
           min_len: int = 3, max_len: int = 16, hidden: int = 64, cell: str = "gru",
           attend: Attend = luong_attention, padded: bool = False, mask: bool = True,
           optimizer: type[torch.optim.Optimizer] = torch.optim.Adam, clip: float = 1.0,
-          progress: bool = True) -> Seq2Seq:
+          progress: bool = True, losses: list[float] | None = None) -> Seq2Seq:
     """Train one model on reversal; the budget is the same whatever ``attention`` is.
 
     Each step draws one length uniformly from [min_len, max_len] and a batch of that length,
@@ -257,7 +257,7 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
     The same seed gives the same batches, and the same initial weights in every layer the
     models share (all but ``decoder.combine``, whose input is wider with attention), with or
     without attention or mask (bit-identical on CPU for a fixed number of threads). The
-    caller's RNG is left alone.
+    caller's RNG is left alone. ``losses``, if given, receives the training loss of every step.
     """
     device = torch.device(device)
     model = initial_model(attention, seed, hidden=hidden, cell=cell, attend=attend, mask=mask).to(device)
@@ -281,6 +281,8 @@ def train(attention: bool, seed: int = 0, device: torch.device | str = "cpu", *,
             nn.utils.clip_grad_norm_(model.parameters(), clip)         # RNNs: guard against spikes
             opt.step()
             schedule.step()
+            if losses is not None:
+                losses.append(loss.item())
     return model.eval()
 
 
