@@ -34,12 +34,15 @@ def test_a_strict_warning_after_the_pages_ran_leaves_the_site_as_it_was(tmp_path
     assert not list(site.glob(".site.*")), "the failed build's staging folder is removed"
 
 
-# Page A, run before MkDocs renders anything, rewrites page B; MkDocs then finds B changed and
-# runs it again while it renders, after it would have cleaned site/.
-EDITOR = """\
+# Page A, run before MkDocs renders anything, holds until the author has edited page B (a page
+# may not write another: pages are independent); MkDocs then finds B changed and runs it again
+# while it renders, after it would have cleaned site/.
+HOLDS = """\
 ```python exec
-from pathlib import Path
-Path("b.md").write_text({new_b!r})
+import os, time
+open({started!r}, "w").close()
+while not os.path.exists({go!r}):
+    time.sleep(0.05)
 ```
 """
 SLOW_B = """\
@@ -52,14 +55,26 @@ while True:
 """
 
 
+def build_editing_b(tmp_path: Path, site: Path, new_b: str) -> subprocess.Popen:
+    """A build whose page A holds until B reads `new_b`: an edit made while the build runs."""
+    started, go = tmp_path / "a-started", tmp_path / "go"
+    (site / "docs/a.md").write_text(HOLDS.format(started=str(started), go=str(go)))
+    build = subprocess.Popen(MKDOCS_BUILD, cwd=site, env=environment(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    until(started.exists, "page a to run")
+    (site / "docs/b.md").write_text(new_b)
+    go.touch()
+    return build
+
+
 def test_a_page_edited_during_the_build_that_fails_leaves_the_site_as_it_was(tmp_path, build):
-    site = make_site(tmp_path, {"index.md": "# Home\n", "b.md": "```python exec\nx = 1\n```\n"})
+    site = make_site(tmp_path / "s", {"index.md": "# Home\n", "b.md": "```python exec\nx = 1\n```\n"})
     assert build(site).returncode == 0
     before = tree(site / "site")
-    (site / "docs/a.md").write_text(EDITOR.format(new_b="```python exec\nraise ValueError('edited')\n```\n"))
 
-    result = build(site)
-    assert result.returncode != 0 and "docs/b.md:2: ValueError: edited" in result.stderr, result.stderr
+    build = build_editing_b(tmp_path, site, "```python exec\nraise ValueError('edited')\n```\n")
+    _, stderr = build.communicate()
+    assert build.returncode != 0 and "docs/b.md:2: ValueError: edited" in stderr, stderr
     assert tree(site / "site") == before
 
 
@@ -68,11 +83,9 @@ def test_a_build_killed_while_it_renders_leaves_the_site_as_it_was_and_the_next_
     site = make_site(tmp_path / "s", {"index.md": "# Home\n", "good.md": GOOD, "b.md": "```python exec\nx = 1\n```\n"})
     assert build(site).returncode == 0
     before = tree(site / "site")
-    (site / "docs/a.md").write_text(EDITOR.format(new_b=SLOW_B.format(flag=str(flag))))
 
     # a process: it is killed
-    victim = subprocess.Popen(MKDOCS_BUILD, cwd=site, env=environment(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    victim = build_editing_b(tmp_path, site, SLOW_B.format(flag=str(flag)))
     until(flag.exists, "page b to run while the site renders")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
