@@ -50,12 +50,12 @@ def test_parallel_scan_equals_the_loop(T, device):
 
 
 def test_the_loop_is_the_recurrence():
-    """The reference itself, by hand: a = (2, 3), b = (1, 1), h0 = 5 -> h1 = 11, h2 = 34."""
+    """The reference itself, by hand: a = (2, 3), b = (1, 4), h0 = 5 -> h1 = 2*5 + 1 = 11, h2 = 3*11 + 4 = 37."""
     a = torch.tensor([[[2.0], [3.0]]], dtype=F64)
-    b = torch.ones(1, 2, 1, dtype=F64)
+    b = torch.tensor([[[1.0], [4.0]]], dtype=F64)
     h0 = torch.tensor([[5.0]], dtype=F64)
-    assert scan_loop(a, b, h0).flatten().tolist() == [11.0, 34.0]
-    assert scan_parallel(a, b, h0).flatten().tolist() == [11.0, 34.0]
+    assert scan_loop(a, b, h0).flatten().tolist() == [11.0, 37.0]
+    assert scan_parallel(a, b, h0).flatten().tolist() == [11.0, 37.0]
 
 
 @pytest.mark.parametrize("T", [1, 2, 3, 7, 8, 9, 100, 1025])
