@@ -193,3 +193,10 @@ def test_gla_decay_starts_open_and_ssm_decay_is_below_one():
     torch.manual_seed(0)
     a, _ = SelectiveSSM(3, 4, state_size=2).coefficients(torch.randn(1, 10, 3))
     assert ((a > 0.5) & (a < 1)).all()  # delta starts in [0.001, 0.1]: a = exp(-delta (n + 1)) near 1
+
+
+def test_memory_task_builds_them_with_the_decay_open():
+    from lessonlib.experiments.memory_task import RECURRENCE, build
+    assert set(RECURRENCE) == {"min_gru", "linear_attention", "gla", "selective_ssm"}
+    assert (build("min_gru", 0).rnn.linear_z.bias == -3.0).all() and build("min_gru", 0).rnn.log_space
+    assert (build("gla", 0).rnn.gate.bias == 3.0).all()

@@ -51,7 +51,10 @@ class GatedLinearAttention(nn.Module):
     def coefficients(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, T, I) -> a, b (B, T, d_k * H): S_t = a_t * S_{t-1} + b_t, S flattened row by row."""
         _, k, alpha, v = self.projections(x)
-        B, T = x.shape[:2]
+        return self._a_b(k, alpha, v)
+
+    def _a_b(self, k: Tensor, alpha: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        B, T = k.shape[:2]
         a = alpha.unsqueeze(-1).expand(B, T, self.key_size, self.hidden_size)  # row i decays by alpha_t[i]
         b = k.unsqueeze(-1) * v.unsqueeze(-2)  # (B, T, d_k, H): k_t v_t^T
         return a.reshape(B, T, -1), b.reshape(B, T, -1)
@@ -59,10 +62,10 @@ class GatedLinearAttention(nn.Module):
     def forward(self, x: Tensor, S0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The parallel (training) form: x (B, T, I), S0 (B, d_k, H) or None -> out (B, T, H), S_T."""
         B, T = x.shape[:2]
-        a, b = self.coefficients(x)
+        q, k, alpha, v = self.projections(x)  # (B, T, d_k) x3, (B, T, H)
+        a, b = self._a_b(k, alpha, v)  # (B, T, d_k * H) each
         h0 = None if S0 is None else S0.reshape(B, -1)
         S = scan_parallel(a, b, h0).reshape(B, T, self.key_size, self.hidden_size)  # (B, T, d_k, H)
-        q = self.projections(x)[0]  # (B, T, d_k)
         out = (q.unsqueeze(-2) @ S).squeeze(-2)  # (B, T, H): q_t S_t
         return out, S[:, -1]
 

@@ -67,7 +67,10 @@ class SelectiveSSM(nn.Module):
 
     def coefficients(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """x (B, T, I) -> a, b (B, T, D * N): the state h_t = a_t * h_{t-1} + b_t, flattened."""
-        u, delta, B_t, _ = self.parts(x)  # (B, T, D), (B, T, D), (B, T, N)
+        u, delta, B_t, _ = self.parts(x)
+        return self._a_b(u, delta, B_t)
+
+    def _a_b(self, u: Tensor, delta: Tensor, B_t: Tensor) -> tuple[Tensor, Tensor]:
         a = self.decay(delta)  # (B, T, D, N)
         b = (delta * u).unsqueeze(-1) * B_t.unsqueeze(-2)  # (B, T, D, N): delta_t[d] u_t[d] B_t[n]
         return a.flatten(2), b.flatten(2)
@@ -79,8 +82,8 @@ class SelectiveSSM(nn.Module):
     def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """The parallel (training) form: x (B, T, I), h0 (B, D, N) or None -> out (B, T, D), h_T (B, D, N)."""
         B, T = x.shape[:2]
-        u, _, _, C_t = self.parts(x)
-        a, b = self.coefficients(x)
+        u, delta, B_t, C_t = self.parts(x)  # (B, T, D), (B, T, D), (B, T, N), (B, T, N)
+        a, b = self._a_b(u, delta, B_t)  # (B, T, D * N) each
         h = scan_parallel(a, b, None if h0 is None else h0.flatten(1))  # (B, T, D * N)
         h = h.reshape(B, T, self.hidden_size, self.state_size)  # (B, T, D, N)
         return self.readout(h, u, C_t), h[:, -1]
