@@ -8,18 +8,18 @@ so h_t = a_t * h_{t-1} + b_t with a_t = 1 - z_t and b_t = z_t * h~_t. Since neit
 the whole sequence is one parallel scan (lessonlib.models.scan) in training, and generation is
 the last line above, one step at a time. A GRU's gates read h_{t-1}, which is what forbids this.
 
-log_space=True is the paper's log-space variant (its Listing 4, the one its code trains with):
-the candidate goes through g(x) = x + 0.5 for x >= 0, sigmoid(x) for x < 0, which is positive,
-so that b_t > 0 and the scan can run on logarithms (scan_log):
+log_space=True is the paper's log-space variant (in its appendix, for numerical stability): the
+candidate goes through g(x) = x + 0.5 for x >= 0, sigmoid(x) for x < 0, which is positive, so
+that b_t > 0 and the scan can run on logarithms (scan_log):
 
     log a_t = log(1 - z_t) = -softplus(k_t),  log z_t = -softplus(-k_t)   (k_t: z's pre-activation)
     log b_t = log z_t + log g(h~_t)
 
-The paper also passes a given initial state through g; here forward takes the state itself (so that
-one call can continue where another ended), and in log space it must be positive: every state the
-model reaches from zeros is, since its b_t > 0. Without log_space
-the candidate is the plain Linear_h(x_t) and the scan is scan_parallel; the two variants are
-different models (g changes the candidate), each with its own recurrent step.
+The paper's code also passes a given initial state through g; here forward takes the state itself
+(so that one call can continue where another ended), and in log space it must be positive, as every
+state reached from zeros is (b_t > 0). Without log_space the candidate is the plain Linear_h(x_t)
+and the scan is scan_parallel: two different models (g changes the candidate), each with its own
+recurrent step.
 
 decay_bias sets Linear_z's bias: -3 starts z near 0.05, so 1 - z_t is near 0.95 and a fresh
 model keeps its state (the forget-gate finding of the LSTM lesson, in minGRU's terms).
