@@ -2,9 +2,9 @@
 
 A sequence of `length` tokens starts with a clue, token 0 or 1, which is also the label; the
 other length - 1 tokens are noise, drawn uniformly from the tokens 2..vocab-1. The model
-embeds the tokens, runs a sequence layer over them (a recurrent layer, or a causal transformer
-layer for lesson 3) and classifies the representation of the last position, so the only way to
-beat chance (0.5) is to carry the clue across every noise step. Which models
+embeds the tokens, runs a sequence layer over them (a recurrent layer, a causal transformer
+layer for lesson 3, or a scan-trained layer of RECURRENCE) and classifies the representation
+of the last position, so the only way to beat chance (0.5) is to carry the clue across every noise step. Which models
 learn it at which lengths is the gradient-reach picture (lessonlib.experiments.gradient_reach) put to work.
 
 One protocol (MemoryProtocol) trains every model at every length and seed; nothing is tuned
