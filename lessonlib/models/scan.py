@@ -9,10 +9,11 @@ computed three ways, each on tensors a, b of shape (B, T, D) and h_0 of shape (B
   itself a step of the same form: doing (a1, b1) and then (a2, b2) maps h to
   a2 * (a1 * h + b1) + b2 = (a2 * a1) * h + (a2 * b1 + b2), the pair (a2 * a1, a2 * b1 + b2).
   Combining each step with the one d steps back, for d = 1, 2, 4, ..., every position holds the
-  whole prefix after ceil(log2 T) rounds. Each round is one wide elementwise operation, so the
-  sequential depth is about log2 T where the loop's is T; the price is more work in total,
-  about 3 T log2 T operations against the loop's 2 T (Blelloch's scan brings the work back to
-  O(T) with about twice the depth; we keep Hillis-Steele because it is the easier to read).
+  whole prefix after ceil(log2 T) rounds. Within a round every position combines at once (a few
+  wide elementwise operations), so the sequential depth is about log2 T where the loop's is T;
+  the price is more work in total, about 3 T log2 T operations against the loop's 2 T
+  (Blelloch's scan brings the work back to O(T) with about twice the depth; we keep
+  Hillis-Steele because it is the easier to read).
 - scan_log: the same sum in log space, for positive a and b (see its docstring for why).
 
 scan_cumprod is the closed form written naively, kept to show what goes wrong (float32 underflow).
