@@ -2,9 +2,9 @@
 
 A sequence of `length` tokens starts with a clue, token 0 or 1, which is also the label; the
 other length - 1 tokens are noise, drawn uniformly from the tokens 2..vocab-1. The model
-embeds the tokens, runs a sequence layer over them (a recurrent layer, or a causal transformer
-layer for lesson 3) and classifies the representation of the last position, so the only way to
-beat chance (0.5) is to carry the clue across every noise step. Which models
+embeds the tokens, runs a sequence layer over them (a recurrent layer, a causal transformer
+layer for lesson 3, or a scan-trained layer of RECURRENCE) and classifies the representation
+of the last position, so the only way to beat chance (0.5) is to carry the clue across every noise step. Which models
 learn it at which lengths is the gradient-reach picture (lessonlib.experiments.gradient_reach) put to work.
 
 One protocol (MemoryProtocol) trains every model at every length and seed; nothing is tuned
@@ -49,13 +49,19 @@ from torch.nn import functional as F
 
 from lessonlib.device import cpus, steady_cpu
 from lessonlib.models.batched_rnn import BatchedRNNClassifier
+from lessonlib.models.gated_linear_attention import GatedLinearAttention
 from lessonlib.models.gru import open_update_gate
+from lessonlib.models.linear_attention import LinearAttention
 from lessonlib.models.lstm import open_forget_gate
+from lessonlib.models.min_gru import MinGRU
+from lessonlib.models.selective_ssm import SelectiveSSM
 from lessonlib.models.transformer import Transformer
 from lessonlib.progress import progress as progress_bar
 
 MODELS = ("rnn", "lstm", "lstm_open")  # the lesson's main sweep; the GRUs are built too
-KNOWN = (*MODELS, "gru", "gru_open", "transformer")
+# the layers of the recurrence lesson (lessonlib.models.scan and the models built on it), decay open
+RECURRENCE = ("min_gru", "linear_attention", "gla", "selective_ssm")
+KNOWN = (*MODELS, "gru", "gru_open", "transformer", *RECURRENCE)
 LENGTHS = (10, 30, 50, 100)
 SEEDS = (0, 1, 2)
 CLUES = 2  # tokens 0 and 1 are the clues (and the labels); the rest of the vocabulary is noise
@@ -114,6 +120,8 @@ class MemoryModel(nn.Module):
             self.rnn = nn.LSTM(p.embedding, p.hidden, batch_first=True)
             if model_name == "lstm_open":
                 open_forget_gate(self.rnn, 1.5)  # both biases: the forget gate starts near sigmoid(3)
+        elif model_name in RECURRENCE:
+            self.rnn = recurrence_layer(model_name, p.embedding, p.hidden)
         elif model_name == "transformer":
             # not recurrent, but it fills the same slot: (B, L, embedding) -> (outputs (B, L, hidden), _),
             # causal, so the last position is the only one that has read the whole sequence
@@ -129,6 +137,22 @@ class MemoryModel(nn.Module):
         else:
             out, _ = self.rnn(x)  # (B, L, H)
         return self.head(out[:, -1])  # (B, 2) logits from the final hidden state
+
+
+def recurrence_layer(model_name: str, input_size: int, hidden_size: int) -> nn.Module:
+    """One of RECURRENCE: (B, L, input_size) -> (outputs (B, L, hidden_size), final state), trained
+    through its parallel scan. Each starts with its decay open, so a fresh layer carries its state:
+    minGRU's 1 - z near 1 - sigmoid(-3) = 0.95 (log space, as the paper trains it), GLA's alpha near
+    sigmoid(3) = 0.95, the SSM's delta in [0.001, 0.1]; linear attention has no decay at all."""
+    if model_name == "min_gru":
+        return MinGRU(input_size, hidden_size, log_space=True, decay_bias=-3.0)
+    if model_name == "linear_attention":
+        return LinearAttention(input_size, hidden_size, key_size=16)
+    if model_name == "gla":
+        return GatedLinearAttention(input_size, hidden_size, key_size=16, decay_bias=3.0)
+    if model_name == "selective_ssm":
+        return SelectiveSSM(input_size, hidden_size, state_size=8)
+    raise ValueError(f"unknown recurrence layer {model_name!r}, expected one of {RECURRENCE}")
 
 
 def build(

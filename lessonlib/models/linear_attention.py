@@ -1,0 +1,79 @@
+"""Causal linear attention: attention without the softmax, which is an RNN with a matrix state.
+
+    q_t, k_t = Linear(x_t) / sqrt(d_k), Linear(x_t)     (d_k,) each
+    v_t      = Linear(x_t)                               (H,)
+    S_t      = S_{t-1} + k_t v_t^T                       (d_k, H): the state, S_0 = 0
+    out_t    = q_t S_t = sum_{s<=t} (q_t . k_s) v_s      (H,)
+
+The last line is causal attention with the scores q_t . k_s used as they are, without softmax:
+the matrix form (Q K^T, masked to s <= t) V computes it for all t at once (forward), and the
+recurrence S_t computes it one token at a time with a state of fixed size d_k x H (step), where
+softmax attention keeps every k_s and v_s (its KV cache grows with the context). In the one
+recurrence h_t = a_t * h_{t-1} + b_t of lessonlib.models.scan, S is h (flattened), a_t = 1 and
+b_t = k_t v_t^T (forward_scan).
+
+Feature map: none. Katharopoulos et al. (2020) apply elu(x) + 1 to q and k and divide by
+q_t . sum_s k_s, so that the weights are positive and sum to 1 like softmax's; we leave both out,
+so that the model is exactly the formula above (as in the retention and GLA papers' plain form).
+The price: nothing bounds S, which grows with every token; the decay of gated linear attention
+(lessonlib.models.gated_linear_attention) is the remedy. The 1/sqrt(d_k) on q is softmax
+attention's scale, kept so that the scores start near the same size.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from lessonlib.models.scan import scan_parallel
+
+
+class LinearAttention(nn.Module):
+    """x (B, T, I) -> out (B, T, H) and the final state S_T (B, d_k, H); single head."""
+
+    def __init__(self, input_size: int, hidden_size: int, key_size: int = 16) -> None:
+        super().__init__()
+        self.input_size, self.hidden_size, self.key_size = input_size, hidden_size, key_size
+        self.query = nn.Linear(input_size, key_size, bias=False)
+        self.key = nn.Linear(input_size, key_size, bias=False)
+        self.value = nn.Linear(input_size, hidden_size, bias=False)
+
+    def qkv(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x (..., I) -> q, k (..., d_k) and v (..., H)."""
+        return self.query(x) / math.sqrt(self.key_size), self.key(x), self.value(x)
+
+    def forward(self, x: Tensor, S0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The parallel (training) form, a masked matrix product: x (B, T, I), S0 (B, d_k, H) or None
+        -> out (B, T, H), S_T (B, d_k, H)."""
+        q, k, v = self.qkv(x)  # (B, T, d_k), (B, T, d_k), (B, T, H)
+        T = x.shape[1]
+        scores = q @ k.transpose(1, 2)  # (B, T, T): q_t . k_s
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # s <= t
+        out = scores.masked_fill(~causal, 0) @ v  # (B, T, H)
+        S = k.transpose(1, 2) @ v  # (B, d_k, H): sum over all s of k_s v_s^T
+        if S0 is not None:  # the state carried in adds q_t S0 to every output
+            out = out + q @ S0
+            S = S + S0
+        return out, S
+
+    def forward_scan(self, x: Tensor, S0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The same, as the recurrence h_t = a_t * h_{t-1} + b_t with h = S flattened, a_t = 1 and
+        b_t = k_t v_t^T, in a parallel scan: every S_t is formed, (B, T, d_k, H)."""
+        q, k, v = self.qkv(x)
+        B, T = x.shape[:2]
+        b = (k.unsqueeze(-1) * v.unsqueeze(-2)).reshape(B, T, -1)  # (B, T, d_k * H): k_t v_t^T
+        a = torch.ones_like(b)  # nothing decays
+        h0 = None if S0 is None else S0.reshape(B, -1)
+        S = scan_parallel(a, b, h0).reshape(B, T, self.key_size, self.hidden_size)  # (B, T, d_k, H)
+        out = (q.unsqueeze(-2) @ S).squeeze(-2)  # (B, T, H): q_t S_t
+        return out, S[:, -1]
+
+    def step(self, x_t: Tensor, S: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The recurrent (generation) form: x_t (B, I), S (B, d_k, H) or None (zeros) -> out_t (B, H)
+        and the new S. The state's size does not depend on how many tokens came before."""
+        q, k, v = self.qkv(x_t)  # (B, d_k), (B, d_k), (B, H)
+        if S is None:
+            S = x_t.new_zeros(x_t.shape[0], self.key_size, self.hidden_size)
+        S = S + k.unsqueeze(-1) * v.unsqueeze(-2)  # (B, d_k, H): add k_t v_t^T
+        return (q.unsqueeze(-2) @ S).squeeze(-2), S  # (B, H)
