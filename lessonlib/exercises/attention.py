@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lessonlib.exercises.calls import loss_ends
 from lessonlib.experiments.padding import PaddingEffect
 from lessonlib.models import seq2seq
 from lessonlib.models.attention import dot_product_attention
@@ -433,9 +434,7 @@ def diagnose_learned(result: Result, bound: float = OUTCOME.bound) -> str | None
     if acc >= bound:
         return None
     steps = len(result.losses)
-    window = max(1, min(50, steps // 5))
-    first = sum(result.losses[:window]) / window
-    last = sum(result.losses[-window:]) / window
+    first, last = loss_ends(result.losses)
     if not math.isfinite(last):
         return ("this will not learn: the loss became NaN or infinite. Look at attend: the softmax over "
                 "the input tokens, and no division by zero in the scaling.")

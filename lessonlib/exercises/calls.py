@@ -1,4 +1,5 @@
-"""Calling a reader's function from a checker: its result, or one line saying how it failed."""
+"""Calling a reader's function from a checker: its result, or one line saying how it failed; and
+the ends of a training run's losses, which the outcome checkers read."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -26,3 +27,10 @@ def _describe(args: tuple[object, ...]) -> str:
             return repr(a)
         return f"a {type(a).__name__}"
     return ", ".join(one(a) for a in args)
+
+
+def loss_ends(losses: list[float]) -> tuple[float, float]:
+    """The mean loss over the first and over the last steps of a run (a fifth of it, at most 50
+    steps each), steadier than two single steps."""
+    window = max(1, min(50, len(losses) // 5))
+    return sum(losses[:window]) / window, sum(losses[-window:]) / window

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.device import steady_cpu
-from lessonlib.exercises.calls import call
+from lessonlib.exercises.calls import call, loss_ends
 from lessonlib.experiments import memory_task
 from lessonlib.models.lstm import LSTM
 
@@ -568,9 +568,7 @@ def diagnose_learned(result: Result) -> str | None:
     if result.accuracy >= bound:
         return None
     steps = len(result.losses)
-    window = max(1, min(50, steps // 5))
-    first = sum(result.losses[:window]) / window
-    last = sum(result.losses[-window:]) / window
+    first, last = loss_ends(result.losses)
     if not math.isfinite(last):
         return ("this will not learn: the loss became NaN or infinite. Look at the gradient clipping "
                 "(nn.utils.clip_grad_norm_ between backward and step) and at the learning rate.")

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.exercises.attention import AttentionCheckError
-from lessonlib.exercises.calls import call
+from lessonlib.exercises.calls import call, loss_ends
 from lessonlib.experiments import caesar
 from lessonlib.models.attention import dot_product_attention
 from lessonlib.models.multihead import MultiHeadAttention, causal_mask, merge_heads, split_heads
@@ -340,8 +340,7 @@ def diagnose_learned(result: Result, bound: float = OUTCOME.bound) -> str | None
     if result.exact >= bound:
         return None
     steps = len(result.losses)
-    window = max(1, min(50, steps // 5))
-    last = sum(result.losses[-window:]) / window
+    _, last = loss_ends(result.losses)
     if not math.isfinite(last):
         return ("this will not learn: the loss became NaN or infinite. Look at causal_mask: a position "
                 "that may attend to nothing (no True in its row, as with .tril(-1) at position 0) makes "
