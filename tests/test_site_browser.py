@@ -9,7 +9,8 @@ With --screenshots, a picture of each page in each view lands in test-artifacts/
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
 theirs: <html data-lessonlib-ready="/path/"> (docs/javascripts/a11y.js, on every page view,
 instant navigation included), data-walkthrough-ready on each walkthrough widget and
-data-exploration-ready on each exploration (docs/javascripts/exploration.js).
+data-exploration-ready on each exploration (docs/javascripts/exploration.js), data-char-model-ready
+on the live language models (docs/javascripts/char-models.js: "true", or "failed" if the weights did not load).
 """
 from __future__ import annotations
 
@@ -71,7 +72,8 @@ def browser():
 
 READY = """path => document.documentElement.dataset.lessonlibReady === path
     && [...document.querySelectorAll('.lstm-walkthrough')].every(w => w.dataset.walkthroughReady)
-    && [...document.querySelectorAll('.lessonlib-exploration')].every(e => e.dataset.explorationReady)"""
+    && [...document.querySelectorAll('.lessonlib-exploration')].every(e => e.dataset.explorationReady)
+    && [...document.querySelectorAll('.char-model')].every(e => e.dataset.charModelReady)"""
 
 
 class Reader:
