@@ -12,7 +12,7 @@ import json
 import re
 
 import pytest
-from test_site_browser import CHROMIUM, SCHEMES, browser, new_reader, reader, serious_violations  # noqa: F401
+from test_site_browser import CHROMIUM, SCHEMES, base_url, browser, new_reader, reader, serious_violations  # noqa: F401
 
 PAGE = "lessons/language-model/"
 TOLERANCE = 1e-4

@@ -49,7 +49,7 @@ def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, voc
         '<table class="char-model__table"><caption>Next-character probabilities, the 10 most likely</caption>'
         '<thead><tr><th scope="col">character</th><th scope="col">probability</th></tr></thead>'
         "<tbody></tbody></table>",
-        '<button type="button" class="md-button char-model__write">Write 200 characters</button>',
+        '<button type="button" class="char-model__write">Write 200 characters</button>',
         '<pre class="char-model__written" hidden></pre>',
         "</div>",
         '<p class="char-model__status" role="status" aria-live="polite"></p>',
