@@ -63,7 +63,8 @@ MEASURE = """async ([runs]) => {
     }
     out.gpt_sliding_ms_per_char = median(times);
     out.first_prediction_ms = Number(w.dataset.firstPredictionMs);
-    const resources = performance.getEntriesByType('resource');
+    // what the page itself downloaded: each address once (the loads above fetch the models again)
+    const resources = [...new Map(performance.getEntriesByType('resource').map(e => [e.name, e])).values()];
     out.downloaded_kb = resources.reduce((s, e) => s + (e.encodedBodySize || 0), 0) / 1024;
     out.models_kb = resources.filter(e => /\\/(lstm|gpt)-[0-9a-f]+\\.(json|bin)$/.test(e.name))
         .reduce((s, e) => s + (e.encodedBodySize || 0), 0) / 1024;
