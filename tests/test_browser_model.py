@@ -4,7 +4,8 @@ The page publishes the trained LSTM's and GPT's weights and, for three prompts, 
 computes from exactly those tensors (lessonlib/export.py). Here Debian's Chromium loads the built
 page, runs the page's own script on the prompts, and every logit must be within 1e-4 of
 PyTorch's; then the widget is driven by keyboard alone, in both palettes and on a 360-px screen.
-Uses the fixtures of tests/test_site_browser.py (the site is built once per test process).
+Uses the fixtures of tests/test_site_browser.py and the one browser of tests/conftest.py (the site
+is built once per test process).
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import json
 import re
 
 import pytest
-from test_site_browser import CHROMIUM, SCHEMES, base_url, browser, new_reader, reader, serious_violations  # noqa: F401
+from test_site_browser import CHROMIUM, SCHEMES, base_url, new_reader, reader, serious_violations  # noqa: F401
 
 PAGE = "lessons/language-model/"
 TOLERANCE = 1e-4

@@ -56,20 +56,6 @@ def base_url(site) -> str:
     return site.url
 
 
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-sync"],
-        )
-        yield browser
-        browser.close()
-
-
 READY = """path => document.documentElement.dataset.lessonlibReady === path
     && [...document.querySelectorAll('.lstm-walkthrough')].every(w => w.dataset.walkthroughReady)
     && [...document.querySelectorAll('.lessonlib-exploration')].every(e => e.dataset.explorationReady)
