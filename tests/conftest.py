@@ -57,6 +57,22 @@ def site(tmp_path_factory) -> Site:
     server.shutdown()
 
 
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's Chromium, driven by Playwright, one per test process: every browser test module
+    shares it (a second sync Playwright in the same process cannot start while one runs)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path="/usr/bin/chromium",
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--no-first-run", "--disable-sync"],
+        )
+        yield browser
+        browser.close()
+
+
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args) -> None:
         pass

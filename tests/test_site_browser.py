@@ -9,7 +9,8 @@ With --screenshots, a picture of each page in each view lands in test-artifacts/
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
 theirs: <html data-lessonlib-ready="/path/"> (docs/javascripts/a11y.js, on every page view,
 instant navigation included), data-walkthrough-ready on each walkthrough widget and
-data-exploration-ready on each exploration (docs/javascripts/exploration.js).
+data-exploration-ready on each exploration (docs/javascripts/exploration.js), data-char-model-ready
+on the live language models (docs/javascripts/char-models.js: "true", or "failed" if the weights did not load).
 """
 from __future__ import annotations
 
@@ -55,23 +56,10 @@ def base_url(site) -> str:
     return site.url
 
 
-@pytest.fixture(scope="session")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--no-first-run", "--disable-sync"],
-        )
-        yield browser
-        browser.close()
-
-
 READY = """path => document.documentElement.dataset.lessonlibReady === path
     && [...document.querySelectorAll('.lstm-walkthrough')].every(w => w.dataset.walkthroughReady)
-    && [...document.querySelectorAll('.lessonlib-exploration')].every(e => e.dataset.explorationReady)"""
+    && [...document.querySelectorAll('.lessonlib-exploration')].every(e => e.dataset.explorationReady)
+    && [...document.querySelectorAll('.char-model')].every(e => e.dataset.charModelReady)"""
 
 
 class Reader:

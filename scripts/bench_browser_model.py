@@ -1,0 +1,114 @@
+"""How fast the language-model lesson's models run in Chromium (docs/javascripts/char-models.js).
+
+    PYTHONPATH=$PWD .venv/bin/python scripts/bench_browser_model.py [--site DIR] [--runs N]
+
+Serves a built site (--site: a folder `mkdocs build` wrote; without it, the site is built into a
+temporary folder, from the cache), opens the language-model page in Debian's Chromium, and prints:
+
+- the time from the start of navigation to the widget's first prediction (the page's own
+  measure, data-first-prediction-ms), and what the page downloaded, in all and for the models;
+- the LSTM's time per character (one step, state carried);
+- the GPT's time per character while its window fills (one position through the KV cache), and
+  once the window slides: the strategy is to reread the last 64 characters (the learned positions
+  end at 64, so every cached key and value stands at a new position), one full window per character.
+
+Each time is the median of --runs runs. A benchmark, not a test: it asserts nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = "lessons/language-model/"
+
+MEASURE = """async ([runs]) => {
+    const api = window.lessonlibCharModels, w = document.querySelector('.char-model');
+    const urls = JSON.parse(w.dataset.models), out = {};
+    const median = xs => xs.sort((a, b) => a - b)[xs.length >> 1];
+    const lstm = await api.load(urls.lstm), gpt = await api.load(urls.gpt);
+    const text = 'Ham.\\nTo be, or not to be, that is the question: whether tis nobler in the mind to suffer';
+    const ids = [...text].map(c => lstm.ids.get(c));
+    let times = [];
+    for (let r = 0; r < runs; r++) {
+        let state = api.lstmState(lstm);
+        const t0 = performance.now();
+        for (const id of ids) state = api.lstmStep(lstm, state, id).state;
+        times.push((performance.now() - t0) / ids.length);
+    }
+    out.lstm_ms_per_char = median(times);
+    times = [];
+    for (let r = 0; r < runs; r++) {
+        const caches = api.gptCache(gpt);
+        const t0 = performance.now();
+        for (const id of ids.slice(0, 64)) api.gptStep(gpt, caches, id);
+        times.push((performance.now() - t0) / 64);
+    }
+    out.gpt_filling_ms_per_char = median(times);
+    times = [];
+    for (let r = 0; r < runs; r++) {
+        const t0 = performance.now();
+        const caches = api.gptCache(gpt);  // one slide: reread the last 64 characters
+        for (const id of ids.slice(1, 65)) api.gptStep(gpt, caches, id);
+        times.push(performance.now() - t0);
+    }
+    out.gpt_sliding_ms_per_char = median(times);
+    out.first_prediction_ms = Number(w.dataset.firstPredictionMs);
+    // what the page itself downloaded: each address once (the loads above fetch the models again)
+    const resources = [...new Map(performance.getEntriesByType('resource').map(e => [e.name, e])).values()];
+    out.downloaded_kb = resources.reduce((s, e) => s + (e.encodedBodySize || 0), 0) / 1024;
+    out.models_kb = resources.filter(e => /\\/(lstm|gpt)-[0-9a-f]+\\.(json|bin)$/.test(e.name))
+        .reduce((s, e) => s + (e.encodedBodySize || 0), 0) / 1024;
+    return out;
+}"""
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--site", type=Path, help="a built site (default: build one into a temporary folder)")
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory="."))
+    url = f"http://127.0.0.1:{server.server_port}/"
+    with tempfile.TemporaryDirectory() as tmp:
+        site = args.site
+        if site is None:
+            site = Path(tmp) / "site"
+            env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
+            subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=ROOT, env=env, check=True)
+        server.RequestHandlerClass = functools.partial(_Quiet, directory=str(site.resolve()))
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page()
+            page.goto(url + PAGE)
+            page.wait_for_function("() => document.querySelector('.char-model')?.dataset.charModelReady", timeout=120_000)
+            result = page.evaluate(MEASURE, [args.runs])
+            browser.close()
+        server.shutdown()
+    print(json.dumps(result, indent=1))
+    print(f"first prediction {result['first_prediction_ms']:.0f} ms after navigation began (goal 300 ms); "
+          f"downloaded {result['downloaded_kb']:,.0f} kB in all, {result['models_kb']:,.0f} kB of it the two models")
+    print(f"LSTM {result['lstm_ms_per_char']:.3f} ms per character (goal 1 ms)")
+    print(f"GPT {result['gpt_filling_ms_per_char']:.3f} ms per character while the window fills, KV cache (goal 2 ms); "
+          f"{result['gpt_sliding_ms_per_char']:.2f} ms once it slides, rereading 64 characters (bound 15 ms)")
+
+
+if __name__ == "__main__":
+    main()
