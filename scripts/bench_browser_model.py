@@ -21,7 +21,6 @@ import functools
 import http.server
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -89,7 +88,8 @@ def main() -> None:
         if site is None:
             site = Path(tmp) / "site"
             env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
-            subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=ROOT, env=env, check=True)
+            subprocess.run([sys.executable, "-m", "mkdocs", "build", "-q", "-d", str(site)], cwd=ROOT, env=env,
+                           check=True)
         server.RequestHandlerClass = functools.partial(_Quiet, directory=str(site.resolve()))
         threading.Thread(target=server.serve_forever, daemon=True).start()
         from playwright.sync_api import sync_playwright
@@ -98,7 +98,8 @@ def main() -> None:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox", "--disable-gpu"])
             page = browser.new_page()
             page.goto(url + PAGE)
-            page.wait_for_function("() => document.querySelector('.char-model')?.dataset.charModelReady", timeout=120_000)
+            page.wait_for_function("() => document.querySelector('.char-model')?.dataset.charModelReady",
+                                   timeout=120_000)
             result = page.evaluate(MEASURE, [args.runs])
             browser.close()
         server.shutdown()

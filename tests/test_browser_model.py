@@ -13,7 +13,11 @@ import json
 import re
 
 import pytest
-from test_site_browser import CHROMIUM, SCHEMES, base_url, new_reader, reader, serious_violations  # noqa: F401
+import test_site_browser
+from test_site_browser import CHROMIUM, SCHEMES, serious_violations
+
+# the site tests' browser fixtures, shared: pytest finds a fixture by its name in this module
+base_url, new_reader, reader = test_site_browser.base_url, test_site_browser.new_reader, test_site_browser.reader
 
 PAGE = "lessons/language-model/"
 TOLERANCE = 1e-4
