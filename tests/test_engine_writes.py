@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+import lessonlib
 from lessonlib.engine.config import Settings
 from lessonlib.engine.errors import LessonError, WriteError
 from lessonlib.engine.page import execute_page, execute_pages
@@ -133,3 +134,12 @@ def test_a_page_may_still_write_outside_the_project(tmp_path_factory, settings):
     page = f"```python exec\nopen({str(outside)!r}, 'w').write('ran')\n```\n"
     execute_page(page, "docs/fixture.md", settings)
     assert outside.read_text() == "ran" and os.path.exists(outside)
+
+
+def test_outside_a_build_publish_leaves_the_working_folder_as_it_was(tmp_path, monkeypatch):
+    """A notebook that runs a page's code (a lesson's, re-run in a kernel beside the page) has no
+    site to publish into: the file goes to the scratch folder, never beside the notebook."""
+    monkeypatch.chdir(tmp_path)
+    lessonlib.publish("weights-abc.json", b"{}")
+    assert list(tmp_path.iterdir()) == []
+    assert (lessonlib.scratch() / "weights-abc.json").read_bytes() == b"{}"

@@ -11,8 +11,8 @@ read the file, and its cached result would then depend on a run it cannot see.
 - ``publish(name, data)``: a file the build writes into the site beside the page, as it writes
   the page's figures (a model's weights for a live demo). It is part of the page's result, so a
   cached page publishes it again. A name is a plain file name; a page's files together stay
-  under the publish limit (publish_limit_mb in mkdocs.yml). Outside a build, the file is written
-  into the working folder.
+  under the publish limit (publish_limit_mb in mkdocs.yml). Outside a build there is no site: the
+  file goes into scratch(), so a notebook that runs the page's code leaves its folder as it was.
 """
 from __future__ import annotations
 
@@ -62,10 +62,10 @@ def publish(name: str, data: bytes | str) -> None:
     """Publish `data` as the file `name` beside the page in the site (str: as UTF-8)."""
     data = data.encode() if isinstance(data, str) else bytes(data)
     problem = _problem(name, data)
-    if _Run.page is None:  # a notebook, a script: beside it
+    if _Run.page is None:  # a notebook, a script: no site to publish into
         if problem:
             raise ValueError(problem)
-        Path(name).write_bytes(data)
+        (scratch() / name).write_bytes(data)
         return
     if problem:
         _Run.refused = _Run.refused or (_page_line(), problem)
