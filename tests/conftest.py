@@ -37,6 +37,18 @@ class Site:
     url: str  # where it is served
 
 
+@pytest.fixture
+def exercise_memo(monkeypatch) -> Path:
+    """The memo folder of the suite's cache, named to the kernels a test starts: an exercise's
+    trainings (lessonlib.exercises, memoized) then run once per change of the reader's code or
+    of lessonlib's, as a lesson's experiments do, and a warm suite reuses them."""
+    from lessonlib.engine.config import load_settings
+
+    cache = load_settings(ROOT / "mkdocs.yml").cache_dir
+    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(cache))
+    return cache / "memo"
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Site:
     """The site, built once per test process (a page the suite is running meanwhile is waited for

@@ -45,7 +45,7 @@ def test_notebook_is_published_clean():
     notebook_cells.assert_published_clean(notebook_cells.load(NOTEBOOK), list(PARTS))
 
 
-def test_solution_runs_learns_and_writes():
+def test_solution_runs_learns_and_writes(exercise_memo):
     nb = solved()
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     notebook_cells.execute(nb, NOTEBOOK.parent, timeout=600)

@@ -45,7 +45,7 @@ def test_notebook_is_published_clean():
     assert nb.metadata.kernelspec.name == "python3"
 
 
-def test_solution_passes_and_attention_wins():
+def test_solution_passes_and_attention_wins(exercise_memo):
     nb = load()
     tagged(nb, "exercise").source = solution_code(nb)
     tagged(nb, "exercise-mask").source = solution_code(nb, "Solution, part 2")

@@ -76,7 +76,7 @@ def test_its_links_reach_a_lesson_and_its_anchor():
             assert "{#" + match.group(2) + "}" in page.read_text(encoding="utf-8"), f"{link}: no such anchor"
 
 
-def test_solution_runs_and_learns_the_memory_task():
+def test_solution_runs_and_learns_the_memory_task(exercise_memo):
     nb = solved()
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     notebook_cells.execute(nb, NOTEBOOK.parent, timeout=600)
@@ -420,3 +420,22 @@ def test_an_lstm_flat_at_chance_points_at_its_forget_gate():
 def test_the_outcome_checker_passes_at_the_bound(capsys):
     exercise.check_learned(exercise.Result(exercise.OUTCOME.bound, losses_from(0.69, 0.01), 10, 1.0))
     assert capsys.readouterr().out.startswith("✓")
+
+
+def test_a_training_is_stored_and_the_readers_edit_trains_again(tmp_path, monkeypatch):
+    """The trainings are memoized: the same reader's code gives the stored run, as a lesson's
+    experiments do, and an edit to it trains again."""
+    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(tmp_path))
+
+    def forward(*weights):
+        return exercise.reference_forward(*weights)
+
+    def edited(*weights):
+        return exercise.reference_forward(*weights) * 2
+
+    first = exercise.train_memory(forward, exercise.reference_train, steps=2, length=5)
+    assert len(list((tmp_path / "memo").glob("*.json"))) == 1
+    assert exercise.train_memory(forward, exercise.reference_train, steps=2, length=5) == first
+    assert len(list((tmp_path / "memo").glob("*.json"))) == 1, "the same code trained again"
+    exercise.train_memory(edited, exercise.reference_train, steps=2, length=5)
+    assert len(list((tmp_path / "memo").glob("*.json"))) == 2, "an edited forward reused the stored run"

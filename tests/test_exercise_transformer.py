@@ -52,7 +52,7 @@ def test_notebook_is_published_clean():
     notebook_cells.assert_published_clean(load(), list(PARTS))
 
 
-def test_solution_runs_and_shows_the_leak():
+def test_solution_runs_and_shows_the_leak(exercise_memo):
     nb = solved()
     nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
     execute(nb)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lessonlib.engine.memo import memo
 from lessonlib.exercises.calls import loss_ends
 from lessonlib.experiments.padding import PaddingEffect
 from lessonlib.models import seq2seq
@@ -295,6 +296,7 @@ def describe_training(**overrides) -> str:
             f"{b['max_len']} digits, hidden size {b['hidden']}")
 
 
+@memo
 def train(attend: Attend | None, *, seed: int = 0, **overrides) -> seq2seq.Seq2Seq:
     """Train lessonlib.models.seq2seq's reverser with ``attend`` as its decoder's attention (None: no
     attention), on the budget TRAINING (``overrides`` replace any of its entries). The same seed

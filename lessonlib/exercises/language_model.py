@@ -29,6 +29,7 @@ from torch.nn import functional as F
 
 from lessonlib.data import text
 from lessonlib.device import steady_cpu
+from lessonlib.engine.memo import memo
 from lessonlib.exercises.calls import STUB, call
 from lessonlib.experiments import language_model as lm
 from lessonlib.models.char_rnn import CharRNN, detach_state
@@ -275,6 +276,7 @@ def check_train_chunk(train_chunk: Callable) -> None:
                                               "a fresh gradient each chunk, and the state handed on detached.")
 
 
+@memo
 def train(train_chunk: Callable, steps: int = 150, seed: int = 0) -> tuple[CharRNN, list[float], text.CharTokenizer]:
     """The lesson's LSTM (lessonlib.experiments.language_model), trained with the reader's
     train_chunk for `steps` chunks of the lesson's protocol. Returns the model, the loss of every

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.device import steady_cpu
+from lessonlib.engine.memo import memo
 from lessonlib.exercises.calls import call, loss_ends
 from lessonlib.experiments import memory_task
 from lessonlib.models.lstm import LSTM
@@ -510,12 +511,14 @@ def _train_on_task(build: Callable[[], nn.Module], train: Train, steps: int, len
         return Result(acc, losses, length, time.perf_counter() - start, outcome)
 
 
+@memo
 def train_memory(forward: Forward, train: Train, steps: int = OUTCOME.steps, length: int = OUTCOME.length,
                  seed: int = 0) -> Result:
     """A MemoryRNN with the reader's forward, trained by the reader's loop."""
     return _train_on_task(lambda: MemoryRNN(forward), train, steps, length, seed, OUTCOME)
 
 
+@memo
 def train_lstm(open_forget: OpenForget | None, train: Train, steps: int = LSTM_OUTCOME.steps,
                length: int = LSTM_OUTCOME.length, seed: int = 0) -> Result:
     """A MemoryLSTM, its forget gate opened by the reader's function (None: torch's default

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lessonlib.engine.memo import memo
 from lessonlib.exercises.attention import AttentionCheckError
 from lessonlib.exercises.calls import call, loss_ends
 from lessonlib.experiments import caesar
@@ -247,6 +248,7 @@ def check_assembled(parts: Parts) -> None:
 
 # ----------------------------------------------------------------------------- training
 
+@memo
 def train(parts: Parts, *, causal: bool, seed: int = 1, steps: int = 600) -> caesar.Trained:
     """The lesson's Caesar model, with the reader's parts in every block, with or without the mask.
     A shorter budget than the lesson's; the same seed gives the same weights and batches either way."""
