@@ -19,7 +19,8 @@ Builds, each into a scratch folder with a scratch cache:
 The quick rows (all but a, a1, a0 and d) run N times (default 3), interleaved, and each prints
 its median: one run of a two-second build varies by a tenth of a second on a shared machine.
 --warm CACHE starts from a copy of a cache an earlier build filled (e.g. ~/.cache/lessonlib) and
-runs only the quick rows: minutes instead of three cold builds; with --warm-ratio, only b and p.
+runs only the quick rows: minutes instead of three cold builds; with --warm-ratio, only b, p and
+(s) warm with lessonlib's search memo off: what that memo saves.
 then the per-page start-up cost of a worker process against running the same page in-process,
 and `mkdocs serve`: seconds from a prose edit until the reloaded page shows it.
 Every file it edits is restored, even when interrupted.
@@ -50,14 +51,20 @@ DATED = {"sitemap.xml", "sitemap.xml.gz"}  # MkDocs writes the build date into t
 RAN = re.compile(r"lessonlib: (?:\[\d+/\d+\] )?(\S+): ran (\d+) blocks in ([\d.]+) s")
 
 
+# mkdocs with lessonlib's search memo (lessonlib/engine/search_memo.py) switched off
+WITHOUT_SEARCH_MEMO = ("import sys; from lessonlib.engine import plugin; plugin.memoize_search = lambda *a: None; "
+                       "from mkdocs.__main__ import cli; sys.argv[0] = 'mkdocs'; cli()")
+
+
 def build(cache: Path, out: Path, execute: bool = True, config: Path = ROOT / "mkdocs.yml", strict: bool = True,
-          prefix: tuple[str, ...] = (), **variables: str) -> tuple[float, int, list[str]]:
+          prefix: tuple[str, ...] = (), search_memo: bool = True, **variables: str) -> tuple[float, int, list[str]]:
     """Seconds, blocks executed, and the pages that ran."""
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "LESSONLIB_CACHE_DIR": str(cache), **variables}
     env["LESSONLIB_EXECUTE"] = "1" if execute else "0"
     started = time.perf_counter()
     result = subprocess.run(
-        [*prefix, sys.executable, "-m", "mkdocs", "build", *(["--strict"] if strict else []),
+        [*prefix, sys.executable, *(["-m", "mkdocs"] if search_memo else ["-c", WITHOUT_SEARCH_MEMO]), "build",
+         *(["--strict"] if strict else []),
          "-f", str(config), "-d", str(out)],
         cwd=ROOT, env=env, capture_output=True, text=True,
     )
@@ -286,12 +293,16 @@ def main() -> None:
             for _ in range(args.repeats):
                 run("b warm, no change", cache, scratch / "warm")
                 run("p plain MkDocs", cache, scratch / "plain", config=plain, strict=False)
+                run("s warm, no search memo", cache, scratch / "warm-s", search_memo=False)
             pairs = [b[0] / p[0] for b, p in zip(rows["b warm, no change"], rows["p plain MkDocs"])]
             for name, runs in rows.items():
                 print(f"{name:<28}{statistics.median(s for s, _, _ in runs):>9.2f}  "
                       + ", ".join(f"{s:.2f}" for s, _, _ in runs))
             print(f"median of the paired ratios b/p = {statistics.median(pairs):.3f}   (goal <= 1.05); "
                   f"each: {', '.join(f'{r:.2f}' for r in pairs)}")
+            saved = [1 - b[0] / s[0] for b, s in zip(rows["b warm, no change"], rows["s warm, no search memo"])]
+            print(f"the search memo saves {statistics.median(saved):.1%} of a warm build (median of the pairs; "
+                  f"kept if over 5%); each: {', '.join(f'{r:.1%}' for r in saved)}")
             return
         rendered = without_lessonlib(scratch, rendered_docs(scratch, cache), "mkdocs-rendered.yml")
         # The quick rows, interleaved, args.repeats times: each prints its median.
