@@ -148,8 +148,10 @@ def test_a_kept_wheel_is_reused_until_a_file_in_it_changes(tmp_path):
     made = wheel_bytes(project, store)
     assert made == wheel_bytes(project)  # kept, it is the wheel itself
     (kept,) = store.iterdir()
-    kept.write_bytes(kept.read_bytes().split(b"\n", 1)[0] + b"\nnot the wheel")
-    assert wheel_bytes(project, store) == b"not the wheel"  # reused: nothing in it changed
+    written = kept.stat().st_ino
+    assert wheel_bytes(project, store) == made and kept.stat().st_ino == written  # reused, not written again
+    kept.write_bytes(kept.read_bytes()[:-100])  # cut short: made again
+    assert wheel_bytes(project, store) == made and kept.stat().st_ino != written
     (root / "lessonlib" / "device.py").write_text("# edited\n")
     edited = zipfile.ZipFile(io.BytesIO(wheel_bytes(read_project(root), store)))
     assert edited.read("lessonlib/device.py") == b"# edited\n"

@@ -27,6 +27,7 @@ import platform
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
@@ -75,18 +76,33 @@ def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:
     if store is None:
         return parse_page(text, path)
     version = hashlib.sha256(json.dumps([path, text, _parser_code()]).encode()).hexdigest()
-    file = store / f"{path_name(path)}.pkl"
+    page = None
+
+    def parse() -> bytes:
+        nonlocal page
+        page = parse_page(text, path)
+        return pickle.dumps(page)
+
+    body = kept(store / f"{path_name(path)}.pkl", version, parse)
+    return page if page is not None else pickle.loads(body)  # noqa: S301 (the cache's own file, its digest checked)
+
+
+def kept(file: Path, version: str, make: Callable[[], bytes]) -> bytes:
+    """make()'s bytes, kept in `file` under `version`: its first line holds the version and the
+    bytes' digest, so a file of another version, cut short or damaged is made again and replaced.
+    Raises OSError if the file cannot be written (callers name the cache: cache_errors)."""
+    def head(body: bytes) -> bytes:
+        return f"{version} {hashlib.sha256(body).hexdigest()}".encode()
+
     try:
-        head, body = file.read_bytes().split(b"\n", 1)
-        if head == version.encode():
-            page = pickle.loads(body)  # noqa: S301 (the cache's own file, like the memo's results)
-            if isinstance(page, ParsedPage):
-                return page
-    except Exception:  # noqa: BLE001 (absent, cut short or damaged, in whatever way: parse again)
+        first, body = file.read_bytes().split(b"\n", 1)
+        if first == head(body):
+            return body
+    except (OSError, ValueError):  # absent, or no first line
         pass
-    page = parse_page(text, path)
-    write_atomically(file, version.encode() + b"\n" + pickle.dumps(page))
-    return page
+    body = make()
+    write_atomically(file, head(body) + b"\n" + body)
+    return body
 
 
 @functools.cache

@@ -29,12 +29,7 @@ from urllib.parse import urljoin, urlsplit
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import SOURCE, Block, ParsedPage
-from lessonlib.engine.cache import (
-    cache_errors,
-    path_name,
-    source_fingerprint,
-    write_atomically,
-)
+from lessonlib.engine.cache import cache_errors, kept, path_name, source_fingerprint
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import (
     DATA_TITLE,
@@ -170,21 +165,10 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
     # The outputs (megabytes of SVG) pickled, not turned into JSON: ten times quicker. Equal outputs
     # may pickle differently (shared strings), which only makes the text again.
     version = hashlib.sha256(json.dumps(facts).encode() + pickle.dumps(outputs, protocol=5)).hexdigest()
-    path = store / f"{path_name(page.path)}.ipynb"
-    try:
-        head, text = path.read_text(encoding="utf-8").split("\n", 1)  # first line: the version, the text's hash
-        if head == f"{version} {_digest(text)}":  # a cut-short or damaged text is made again
-            return text
-    except (OSError, ValueError):
-        pass
-    text = v4.writes(to_notebook(page, outputs, install))
     with cache_errors(store):
-        write_atomically(path, f"{version} {_digest(text)}\n{text}")
-    return text
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+        made = kept(store / f"{path_name(page.path)}.ipynb", version,
+                    lambda: v4.writes(to_notebook(page, outputs, install)).encode())
+    return made.decode()
 
 
 def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install | None = None) -> NotebookNode:

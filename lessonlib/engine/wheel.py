@@ -11,7 +11,6 @@ fraction of a second, and gives the same bytes for the same sources.
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import io
 import tomllib
@@ -19,7 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lessonlib.engine.cache import cache_errors, write_atomically
+from lessonlib.engine.cache import cache_errors, kept
 from lessonlib.engine.errors import SetupError
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout this lessonlib runs from, with its pyproject.toml
@@ -81,16 +80,9 @@ def wheel_bytes(project: Project, store: Path | None = None) -> bytes:
     files = _wheel_files(project)
     if store is None:
         return _zipped(files)
-    digest = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest().encode()
-    kept = store / f"{project.name}.whl"  # one name: the digest says whose it is
-    with contextlib.suppress(OSError, ValueError):
-        head, data = kept.read_bytes().split(b"\n", 1)
-        if head == digest:
-            return data
-    data = _zipped(files)
-    with cache_errors(store):
-        write_atomically(kept, digest + b"\n" + data)
-    return data
+    version = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()
+    with cache_errors(store):  # one name: the version says whose it is
+        return kept(store / f"{project.name}.whl", version, lambda: _zipped(files))
 
 
 def _wheel_files(project: Project) -> dict[str, bytes]:
