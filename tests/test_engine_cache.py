@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from lessonlib.engine import cache as cache_module
+from lessonlib.engine import store
 from lessonlib.engine.config import Settings
 from lessonlib.engine.page import PACKAGE_ROOT, execute_page, execute_pages
 
@@ -513,7 +514,7 @@ def test_prune_goes_by_last_use_and_leaves_a_held_lock(tmp_path):
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
         "memo/mid.json", "memo/mid.lock", "memo/mid.pkl", "pages/new.json"]
 
-    held = cache_module.file_lock(tmp_path / "memo/mid.lock")  # a build computing that call again
+    held = store.file_lock(tmp_path / "memo/mid.lock")  # a build computing that call again
     assert cache_module.prune(tmp_path, limit_mb=0, since=250) == 1, "never what this run used"
     held.close()
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [

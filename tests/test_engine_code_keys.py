@@ -22,14 +22,15 @@ import pytest
 
 import lessonlib
 from lessonlib.engine import cache as cache_module
+from lessonlib.engine import store
 from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.cache import environment_fingerprint, parsed_page, path_name
+from lessonlib.engine.cache import parsed_page, path_name
 from lessonlib.engine.html_memo import HtmlMemo
 from lessonlib.engine.notebook import notebook_text
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 
 PACKAGE = Path(lessonlib.__file__).resolve().parent
-BUILD_SIDE = ["plugin", "render", "notebook", "search_memo", "html_memo", "mathml", "numerals", "pytest_plugin",
+BUILD_SIDE = ["plugin", "render", "notebook", "search_memo", "html_memo", "mathml", "numerals", "pytest_plugin", "cache",
               "pool", "page", "publish", "published", "wheel", "stylesheets"]
 PAGE = "# A page\n\n```python exec\nimport lessonlib\nprint(lessonlib.device())\n```\n"
 
@@ -68,9 +69,9 @@ def test_editing_a_build_side_module_reruns_nothing_and_a_worker_side_one_reruns
 
 
 def test_the_environment_holds_no_engine_code(tmp_path, monkeypatch):
-    before = environment_fingerprint("cpu")
-    monkeypatch.setattr(cache_module, "ENGINE", tmp_path)  # as if every engine module were gone
-    assert environment_fingerprint("cpu") == before
+    before = store.environment_fingerprint("cpu")
+    monkeypatch.setattr(store, "ENGINE", tmp_path)  # as if every engine module were gone
+    assert store.environment_fingerprint("cpu") == before
 
 
 @pytest.fixture
@@ -78,7 +79,7 @@ def engine_copy(tmp_path, monkeypatch) -> Path:
     """The engine's sources in a scratch folder, read by source_fingerprint from now on."""
     engine = tmp_path / "engine"
     shutil.copytree(PACKAGE / "engine", engine, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(cache_module, "ENGINE", engine)
+    monkeypatch.setattr(store, "ENGINE", engine)
     cache_module._parser_code.cache_clear()
     yield engine
     cache_module._parser_code.cache_clear()

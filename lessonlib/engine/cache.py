@@ -1,13 +1,14 @@
 """Page cache, two-level like ccache's direct mode: never keyed on prose, never on file times.
 
 The static key covers the page's path, its blocks and their options, its inline expressions,
-and the environment (the Python version, the device, the seed and FORMAT). The entry under it
+and the environment (store.environment_fingerprint: the Python version, the device, the seed
+and the format). The entry under it
 holds the outputs and the manifest of what the run actually read (lessonlib.engine.inputs),
 the installed distributions its code refers to included; a lookup hits only if every recorded
 input is unchanged. The engine's code is not in the key: the worker-side modules a page ran
 with are inputs in its manifest, like any project module, and the build-side ones (plugin,
-render, notebook, the HTML and search memos, pool, page) change no stored result; what they
-store themselves is keyed on their own code (source_fingerprint). Entries carry a checksum,
+render, notebook, the HTML and search memos, pool, page, this module) change no stored result;
+what they store themselves is keyed on their own code (store.source_fingerprint). Entries carry a checksum,
 are written atomically and exist only for complete, successful runs. Paths in keys and
 manifests are relative to the project's root, so every clone shares one cache (by default the
 user's: lessonlib.engine.config.user_cache_dir). Nothing here imports torch.
@@ -16,47 +17,20 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import errno
-import fcntl
 import functools
 import hashlib
 import json
 import os
 import pickle
-import platform
-import shutil
 import tempfile
-import uuid
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
 from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.config import SEED
-from lessonlib.engine.errors import SetupError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
-
-FORMAT = 5  # bump when the stored layout or the rendering contract changes
-ENGINE = Path(__file__).parent
-
-
-def environment_fingerprint(device: str) -> str:
-    """What every page depends on besides its own inputs: Python, the machine's kind, the device,
-    the seed and the cache's format. Installed versions are inputs of the pages and calls whose
-    code refers to them (lessonlib.engine.inputs), not of every key."""
-    facts = [FORMAT, platform.python_version(), platform.machine(), device, SEED]
-    return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
-
-
-def source_fingerprint(*modules: str) -> str:
-    """The code of these engine modules (by name, e.g. "notebook"): the key of what a
-    build-side module keeps between builds, so that editing it renders afresh."""
-    h = hashlib.sha256()
-    for name in modules:
-        h.update(name.encode() + (ENGINE / f"{name}.py").read_bytes())
-    return h.hexdigest()
+from lessonlib.engine.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
 
 
 def page_key(page: ParsedPage, environment: str) -> str:
@@ -85,24 +59,6 @@ def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:
 
     body = kept(store / f"{path_name(path)}.pkl", version, parse)
     return page if page is not None else pickle.loads(body)  # noqa: S301 (the cache's own file, its digest checked)
-
-
-def kept(file: Path, version: str, make: Callable[[], bytes]) -> bytes:
-    """make()'s bytes, kept in `file` under `version`: its first line holds the version and the
-    bytes' digest, so a file of another version, cut short or damaged is made again and replaced.
-    Raises OSError if the file cannot be written (callers name the cache: cache_errors)."""
-    def head(body: bytes) -> bytes:
-        return f"{version} {hashlib.sha256(body).hexdigest()}".encode()
-
-    try:
-        first, body = file.read_bytes().split(b"\n", 1)
-        if first == head(body):
-            return body
-    except (OSError, ValueError):  # absent, or no first line
-        pass
-    body = make()
-    write_atomically(file, head(body) + b"\n" + body)
-    return body
 
 
 @functools.cache
@@ -171,15 +127,6 @@ class PageCache:
         return file_lock(self.locks / f"{key}.lock", wait)
 
 
-def discard(path: Path) -> None:
-    """Remove whatever is at `path` (a file, a link, a pipe, a folder), if anything is."""
-    with contextlib.suppress(FileNotFoundError):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-
-
 def prune(root: Path, limit_mb: float, since: float) -> int:
     """Drop the least recently used page entries and memoized results (a hit marks one used)
     until the cache holds at most `limit_mb`; never one used at or after `since` (this build's
@@ -209,82 +156,12 @@ def prune(root: Path, limit_mb: float, since: float) -> int:
     return dropped
 
 
-def cache_errors(folder: Path) -> contextlib.AbstractContextManager[None]:
-    """Writing the cache failed (a full disk, a read-only folder, a file where a folder should
-    be): the cache's fault, not a lesson's. Raises one SetupError that says which and what to do."""
-    return _CacheErrors(Path(folder))
-
-
-class _CacheErrors(contextlib.AbstractContextManager):
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-
-    def __exit__(self, kind: type | None, error: BaseException | None, traceback: object) -> None:
-        if isinstance(error, OSError):
-            raise SetupError(cache_problem(self.folder, error)) from None
-
-
-_ELSEWHERE = "or point cache_dir (mkdocs.yml) or LESSONLIB_CACHE_DIR at another folder"
-
-
-def cache_problem(folder: Path, error: OSError) -> str:
-    """The failed cache write, in one line: what is wrong with the folder and the fix."""
-    blocker = next((p for p in (folder, *folder.parents) if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        return f"the cache folder {folder} cannot be made: {blocker} is a file; remove it {_ELSEWHERE}"
-    if error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return f"the cache folder {folder} is on a full disk ({error.strerror}); free some space {_ELSEWHERE}"
-    if error.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return f"the cache folder {folder} cannot be written ({error.strerror}); make it writable {_ELSEWHERE}"
-    return f"the cache folder {folder} cannot be written ({error.strerror or error}); {_ELSEWHERE.removeprefix('or ')}"
-
-
 def file_clock(root: Path) -> float:
     """Now, by the clock that stamps file times. It can lag time.time() by a few milliseconds:
     measured by it, an entry used just after a run began never looks older than the run."""
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryFile(dir=root) as f:
         return os.fstat(f.fileno()).st_mtime
-
-
-def touch(path: Path) -> None:
-    """Mark a stored entry as used now, for prune."""
-    with contextlib.suppress(OSError):
-        os.utime(path)
-
-
-def file_lock(path: Path, wait: bool = True) -> IO | None:
-    """An exclusive lock, held until the returned file is closed; None if another process holds
-    it and `wait` is False. The kernel drops a flock when its process dies, so a killed build
-    leaves no stale lock behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "w")  # noqa: SIM115 (the caller closes it)
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        handle.close()
-        return None
-    return handle
-
-
-def write_atomically(path: Path, data: str | bytes) -> None:
-    """Write aside, then rename: readers and concurrent builds only ever see whole files.
-    The file gets the usual permissions (the umask's), not mkstemp's owner-only ones: files
-    written into the site must be readable by the web server that serves it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_beside(path)
-    try:
-        with open(tmp, "xb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def temporary_beside(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place, named by the writing process."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
 
 
 def _abandoned(tmp: Path, since: float) -> bool:

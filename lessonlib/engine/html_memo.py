@@ -21,7 +21,7 @@ from typing import Any
 
 from pymdownx.highlight import Highlight, HighlightExtension
 
-from lessonlib.engine.cache import source_fingerprint, write_atomically
+from lessonlib.engine.store import source_fingerprint, write_atomically
 
 RENDERERS = ("Pygments", "pymdown-extensions", "latex2mathml")
 OWN_CODE = ("html_memo", "mathml", "search_memo")  # the engine modules whose HTML it keeps

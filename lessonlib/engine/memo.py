@@ -38,7 +38,15 @@ import joblib
 import numpy as np
 
 from lessonlib.engine import capture
-from lessonlib.engine.cache import (
+from lessonlib.engine.capture import terminal
+from lessonlib.engine.config import SEED, environment_settings
+from lessonlib.engine.fingerprint import (
+    Unfingerprintable,
+    callable_fingerprint,
+    value_fingerprint,
+)
+from lessonlib.engine.inputs import Manifest, Recorder, note
+from lessonlib.engine.store import (
     cache_errors,
     discard,
     environment_fingerprint,
@@ -48,14 +56,6 @@ from lessonlib.engine.cache import (
     touch,
     write_atomically,
 )
-from lessonlib.engine.capture import terminal
-from lessonlib.engine.config import SEED, environment_settings
-from lessonlib.engine.fingerprint import (
-    Unfingerprintable,
-    callable_fingerprint,
-    value_fingerprint,
-)
-from lessonlib.engine.inputs import Manifest, Recorder, note
 
 F = TypeVar("F", bound=Callable)
 

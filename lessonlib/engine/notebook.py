@@ -29,7 +29,7 @@ from urllib.parse import urljoin, urlsplit
 from nbformat import NotebookNode, from_dict, v4
 
 from lessonlib.engine.blocks import SOURCE, Block, ParsedPage
-from lessonlib.engine.cache import cache_errors, kept, path_name, source_fingerprint
+from lessonlib.engine.cache import path_name
 from lessonlib.engine.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.render import (
     DATA_TITLE,
@@ -37,6 +37,7 @@ from lessonlib.engine.render import (
     render_line,
     source_markdown,
 )
+from lessonlib.engine.store import cache_errors, kept, source_fingerprint
 from lessonlib.engine.wheel import CONSTRAINTS
 
 OWN_CODE = ("notebook", "render", "blocks")  # the engine modules a notebook's text comes from

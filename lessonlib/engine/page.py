@@ -23,8 +23,6 @@ from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.cache import (
     Entry,
     PageCache,
-    cache_errors,
-    environment_fingerprint,
     file_clock,
     page_key,
     parsed_page,
@@ -35,6 +33,7 @@ from lessonlib.engine.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.inputs import Manifest
 from lessonlib.engine.outputs import PageOutputs
 from lessonlib.engine.render import render
+from lessonlib.engine.store import cache_errors, environment_fingerprint
 
 if TYPE_CHECKING:
     from lessonlib.engine.pool import PageJob, Ran, Task

@@ -22,7 +22,6 @@ from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
 from mkdocs.structure.files import get_files
 
 from lessonlib.engine.blocks import read_page
-from lessonlib.engine.cache import cache_errors, write_atomically
 from lessonlib.engine.config import LessonConfig, settings_from
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.html_memo import HtmlMemo, MemoHighlightExtension
@@ -33,6 +32,7 @@ from lessonlib.engine.publish import Staging
 from lessonlib.engine.published import linked, unpublished
 from lessonlib.engine.render import figure_files, fill_html_slots
 from lessonlib.engine.search_memo import memoize_search
+from lessonlib.engine.store import cache_errors, write_atomically
 from lessonlib.engine.stylesheets import shared_stylesheets
 from lessonlib.engine.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 

@@ -18,8 +18,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lessonlib.engine.cache import cache_errors, kept
 from lessonlib.engine.errors import SetupError
+from lessonlib.engine.store import cache_errors, kept
 
 SOURCE = Path(__file__).resolve().parents[2]  # the checkout this lessonlib runs from, with its pyproject.toml
 DOWNLOADS = "downloads"  # the site's folder for the wheel and the constraints
