@@ -52,10 +52,26 @@
 
   function linear(W, b, X, rows, outSize, inSize, Y) {
     // nn.Linear over rows: W (out, in), b (out,), X (rows, in) -> Y (rows, out) = X W^T + b
-    // One weight row at a time against every input row: the row stays in the cache
+    // One weight row against four input rows at a time: each weight read once serves four sums
     for (let o = 0; o < outSize; o++) {
       const w = o * inSize, bias = b ? b[o] : 0;
-      for (let r = 0; r < rows; r++) {
+      let r = 0;
+      for (; r + 4 <= rows; r += 4) {
+        const x0 = r * inSize, x1 = x0 + inSize, x2 = x1 + inSize, x3 = x2 + inSize;
+        let s0 = bias, s1 = bias, s2 = bias, s3 = bias;
+        for (let i = 0; i < inSize; i++) {
+          const v = W[w + i];
+          s0 += v * X[x0 + i];
+          s1 += v * X[x1 + i];
+          s2 += v * X[x2 + i];
+          s3 += v * X[x3 + i];
+        }
+        Y[r * outSize + o] = s0;
+        Y[(r + 1) * outSize + o] = s1;
+        Y[(r + 2) * outSize + o] = s2;
+        Y[(r + 3) * outSize + o] = s3;
+      }
+      for (; r < rows; r++) {
         const x = r * inSize;
         let s = bias;
         for (let i = 0; i < inSize; i++) s += W[w + i] * X[x + i];
@@ -256,8 +272,10 @@
   // ---- what the test and the widget call --------------------------------------------------------
 
   function prepare(model) {
-    // the buffers every step writes, once per model
+    // the buffers every step writes, once per model; the weights as float64 too, so that every loop
+    // reads one kind of array (mixing Float32Array and Float64Array slows the compiled loops down)
     const cfg = model.config, V = model.vocab.length;
+    for (const tensor of Object.values(model.t)) tensor.data = Float64Array.from(tensor.data);
     if (model.kind === "gpt") {
       const C = cfg.context, d = cfg.d_model;
       model.blocksIndex = [...Array(cfg.layers).keys()];
