@@ -75,15 +75,15 @@ def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, voc
         '<div class="char-model__inside">',
         '<div class="char-model__cells" data-for="lstm">',
         '<label>LSTM cell <input type="number" class="char-model__cell" min="0" max="0" step="1" value="0"></label>',
-        '<p class="char-model__inside-caption">Each character read, shaded by this cell\'s tanh(c) once the LSTM '
-        "has read it: blue below 0, red above, down to &minus;1 and up to +1.</p>",
+        '<p class="char-model__inside-caption">Each character shaded by this cell\'s tanh(c) after it: blue '
+        "&minus;1 to red +1.</p>",
         "</div>",
         '<div class="char-model__heads" data-for="gpt">',
         '<label>Transformer layer <input type="number" class="char-model__layer" min="1" max="1" step="1" '
         'value="1"></label>',
         '<label>Head <input type="number" class="char-model__head" min="1" max="1" step="1" value="1"></label>',
-        '<p class="char-model__inside-caption">The characters in the window, shaded by how much this head, at '
-        "the last character, attends to each.</p>",
+        '<p class="char-model__inside-caption">The window shaded by this head\'s attention from its last '
+        "character.</p>",
         "</div>",
         '<div class="char-model__shaded" aria-hidden="true"></div>',
         '<p class="char-model__inside-summary"></p>',
