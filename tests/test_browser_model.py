@@ -3,7 +3,10 @@
 The page publishes the trained LSTM's and GPT's weights and, for three prompts, the logits PyTorch
 computes from exactly those tensors (lessonlib/export.py). Here Debian's Chromium loads the built
 page, runs the page's own script on the prompts, and every logit must be within 1e-4 of
-PyTorch's; then the widget is driven by keyboard alone, in both palettes and on a 360-px screen.
+PyTorch's (the GPT both step by step and in one pass over the window); then the widget is driven
+by keyboard alone, in both palettes and on a 360-px screen: the prediction, an LSTM cell's
+colouring, a head's attention. A burst of typing is counted (predictions shown, positions read),
+never timed; reduced motion, failed weights and a page without JavaScript are checked too.
 Uses the fixtures of tests/test_site_browser.py and the one browser of tests/conftest.py (the site
 is built once per test process).
 """

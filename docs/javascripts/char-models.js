@@ -37,8 +37,7 @@
       t[e.name] = { data: new Float32Array(buffer, e.offset, e.length), shape: e.shape };
     }
     const ids = new Map(manifest.vocab.map((c, i) => [c, i]));
-    return { kind: manifest.kind, config: manifest.config, vocab: manifest.vocab, ids, t,
-             bytes: buffer.byteLength + JSON.stringify(manifest).length };
+    return { kind: manifest.kind, config: manifest.config, vocab: manifest.vocab, ids, t };
   }
 
   const loads = new Map(); // url -> the promise of its prepared model: each model is fetched once per page
