@@ -364,7 +364,9 @@
 
   // the model the page shows first: its weights are fetched as soon as this script runs, the other's later
   const defaultKind = (root) => root.querySelector('input[name="char-model-kind"]:checked').value;
-  document.querySelectorAll(".char-model").forEach((root) => loadOnce(JSON.parse(root.dataset.models)[defaultKind(root)]));
+  // (a failure is reported by setUp, which awaits the same promise: not here as well)
+  document.querySelectorAll(".char-model").forEach((root) =>
+    loadOnce(JSON.parse(root.dataset.models)[defaultKind(root)]).catch(() => {}));
 
   function setUp(root) {
     if (root.dataset.charModelReady || root.dataset.charModelLoading) return;
