@@ -5,12 +5,18 @@
 Serves a built site (--site: a folder `mkdocs build` wrote; without it, the site is built into a
 temporary folder, from the cache), opens the language-model page in Debian's Chromium, and prints:
 
-- the time from the start of navigation to the widget's first prediction (the page's own
-  measure, data-first-prediction-ms), and what the page downloaded, in all and for the models;
-- the LSTM's time per character (one step, state carried);
+- the time to the widget's first prediction (the page's own mark, data-first-prediction-ms),
+  from the start of navigation and from DOMContentLoaded (the page itself, 200 kB of HTML and
+  the theme's scripts, takes most of the first), and what the page downloaded, in all and for
+  the models. The page fetches the model it shows first (the transformer) as soon as its script
+  runs, predicts, and fetches the LSTM once idle;
+- the LSTM's time per character (one step, state carried; the input-to-gate products are a
+  table, one row per character);
 - the GPT's time per character while its window fills (one position through the KV cache), and
-  once the window slides: the strategy is to reread the last 64 characters (the learned positions
-  end at 64, so every cached key and value stands at a new position), one full window per character.
+  once the window slides. The strategy then: a full reread of the last 64 characters (the
+  learned positions end at 64, so every cached key and value stands at a new position), in one
+  pass over the window (gptForward): each weight matrix against all 64 rows at once, into
+  Float64Array buffers allocated once per model, nothing allocated per character.
 
 Each time is the median of --runs runs. A benchmark, not a test: it asserts nothing.
 """
@@ -34,7 +40,7 @@ MEASURE = """async ([runs]) => {
     const api = window.lessonlibCharModels, w = document.querySelector('.char-model');
     const urls = JSON.parse(w.dataset.models), out = {};
     const median = xs => xs.sort((a, b) => a - b)[xs.length >> 1];
-    const lstm = await api.load(urls.lstm), gpt = await api.load(urls.gpt);
+    const lstm = await api.load(urls.lstm), gpt = await api.load(urls.gpt);  // the page's own, loaded once
     const text = 'Ham.\\nTo be, or not to be, that is the question: whether tis nobler in the mind to suffer';
     const ids = [...text].map(c => lstm.ids.get(c));
     let times = [];
@@ -56,12 +62,13 @@ MEASURE = """async ([runs]) => {
     times = [];
     for (let r = 0; r < runs; r++) {
         const t0 = performance.now();
-        const caches = api.gptCache(gpt);  // one slide: reread the last 64 characters
-        for (const id of ids.slice(1, 65)) api.gptStep(gpt, caches, id);
-        times.push(performance.now() - t0);
+        for (let k = 1; k <= 10; k++) api.gptForward(gpt, ids.slice(k, k + 64));  // ten slides, one window each
+        times.push((performance.now() - t0) / 10);
     }
     out.gpt_sliding_ms_per_char = median(times);
     out.first_prediction_ms = Number(w.dataset.firstPredictionMs);
+    out.first_prediction_after_dom_ms = out.first_prediction_ms -
+        performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd;
     // what the page itself downloaded: each address once (the loads above fetch the models again)
     const resources = [...new Map(performance.getEntriesByType('resource').map(e => [e.name, e])).values()];
     out.downloaded_kb = resources.reduce((s, e) => s + (e.encodedBodySize || 0), 0) / 1024;
@@ -104,11 +111,12 @@ def main() -> None:
             browser.close()
         server.shutdown()
     print(json.dumps(result, indent=1))
-    print(f"first prediction {result['first_prediction_ms']:.0f} ms after navigation began (goal 300 ms); "
+    print(f"first prediction {result['first_prediction_ms']:.0f} ms after navigation began, "
+          f"{result['first_prediction_after_dom_ms']:.0f} ms after DOMContentLoaded (goal 300 ms); "
           f"downloaded {result['downloaded_kb']:,.0f} kB in all, {result['models_kb']:,.0f} kB of it the two models")
     print(f"LSTM {result['lstm_ms_per_char']:.3f} ms per character (goal 1 ms)")
     print(f"GPT {result['gpt_filling_ms_per_char']:.3f} ms per character while the window fills, KV cache (goal 2 ms); "
-          f"{result['gpt_sliding_ms_per_char']:.2f} ms once it slides, rereading 64 characters (bound 15 ms)")
+          f"{result['gpt_sliding_ms_per_char']:.2f} ms once it slides, one pass over 64 characters (bound 15 ms)")
 
 
 if __name__ == "__main__":

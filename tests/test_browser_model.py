@@ -3,7 +3,10 @@
 The page publishes the trained LSTM's and GPT's weights and, for three prompts, the logits PyTorch
 computes from exactly those tensors (lessonlib/export.py). Here Debian's Chromium loads the built
 page, runs the page's own script on the prompts, and every logit must be within 1e-4 of
-PyTorch's; then the widget is driven by keyboard alone, in both palettes and on a 360-px screen.
+PyTorch's (the GPT both step by step and in one pass over the window); then the widget is driven
+by keyboard alone, in both palettes and on a 360-px screen: the prediction, an LSTM cell's
+colouring, a head's attention. A burst of typing is counted (predictions shown, positions read),
+never timed; reduced motion, failed weights and a page without JavaScript are checked too.
 Uses the fixtures of tests/test_site_browser.py and the one browser of tests/conftest.py (the site
 is built once per test process).
 """
@@ -33,10 +36,15 @@ COMPARE = """async ([manifests, reference]) => {
         reference.prompts.forEach((prompt, k) => {
             const {tokens, skipped} = api.encode(model, prompt);
             if (skipped.length || tokens.length !== [...prompt].length) throw new Error('prompt not in the vocabulary');
-            const got = api.logits(model, tokens), want = reference.logits[name][k];
-            if (got.length !== want.length) throw new Error(`${name}: ${got.length} positions, not ${want.length}`);
-            got.forEach((row, i) => row.forEach((v, j) => {
-                worst = Math.max(worst, Number.isFinite(v) ? Math.abs(v - want[i][j]) : Infinity); count++; }));
+            const want = reference.logits[name][k];
+            // step by step (the LSTM; the GPT through its KV cache), and the GPT's whole window in one pass
+            const paths = [api.logits(model, tokens)];
+            if (name === 'gpt') paths.push(api.gptForward(model, tokens, true).logits);
+            for (const got of paths) {
+                if (got.length !== want.length) throw new Error(`${name}: ${got.length} positions, not ${want.length}`);
+                got.forEach((row, i) => row.forEach((v, j) => {
+                    worst = Math.max(worst, Number.isFinite(v) ? Math.abs(v - want[i][j]) : Infinity); count++; }));
+            }
         });
         out[name] = {worst, count};
     }
@@ -72,7 +80,8 @@ def test_the_pages_own_script_computes_pytorchs_logits(reader, site, base_url):
     result = page.evaluate(COMPARE, [models, reference])
     print("largest logit difference:", {name: f"{r['worst']:.2e} over {r['count']:,} logits" for name, r in result.items()})
     for name in ("lstm", "gpt"):
-        assert result[name]["count"] == sum(len(p) for p in reference["prompts"]) * len(reference["logits"][name][0][0])
+        paths = 2 if name == "gpt" else 1
+        assert result[name]["count"] == paths * sum(len(p) for p in reference["prompts"]) * len(reference["logits"][name][0][0])
         assert result[name]["worst"] <= TOLERANCE, f"{name}: a logit differs from PyTorch's by {result[name]['worst']:.2e}"
     assert not reader.errors, reader.errors
 
@@ -149,6 +158,18 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
     wait_status(page, "^Wrote 200 characters")
     assert len(page.evaluate("() => document.querySelector('.char-model__written').textContent")) == 200
 
+    # the LSTM's cells: one chosen by the arrow keys colours every character read, and is announced
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.classList.contains('char-model__cell')")
+    clear_status(page)
+    page.keyboard.press("ArrowUp")
+    s = wait_status(page, r"^Cell 1, tanh\(c\) over the \d+ characters read: highest [+−]\d\.\d\d at ")
+    shading = inside(page)
+    assert shading["text"] == page.evaluate("document.querySelector('.char-model__prompt').value").replace("😀\x07", "")
+    assert shading["titles"] == len(shading["text"]) and shading["coloured"] >= len(shading["text"]) - 1, shading
+    assert shading["hidden"] == "true", "the shading is hidden from screen readers: the summary says it in words"
+    assert s["status"] == shading["summary"]
+
     # a 10,000-character prompt is cut, with a note
     clear_status(page)
     page.evaluate("() => { const p = document.querySelector('.char-model__prompt');"
@@ -158,6 +179,79 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
     assert not (violations := serious_violations(page)), "\n".join(violations)
     assert not reader.errors, reader.errors
     assert reader.hosts <= {"127.0.0.1", "data"}, reader.hosts
+
+
+def inside(page) -> dict:
+    """The shaded characters (hidden from screen readers) and the summary of what they show."""
+    return page.evaluate("""() => { const w = document.querySelector('.char-model__shaded'), spans = [...w.children];
+        return {text: spans.map(s => s.textContent).join(''), titles: spans.filter(s => s.title).length,
+                coloured: spans.filter(s => s.style.backgroundColor && !/, 0\\)$/.test(s.style.backgroundColor)).length,
+                hidden: w.getAttribute('aria-hidden'),
+                summary: document.querySelector('.char-model__inside-summary').textContent}; }""")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_heads_attention_by_keyboard(new_reader, base_url, scheme):
+    reader = new_reader(viewport={"width": 360, "height": 800}, color_scheme=scheme)
+    page = reader.open(base_url + PAGE)
+    page.wait_for_function(READY)
+    page.evaluate("() => { const p = document.querySelector('.char-model__prompt');"
+                  " p.value = 'To be, or not to be: that is the question. '.repeat(3); p.dispatchEvent(new Event('input')); }")
+    wait_status(page, r"reads the last 64 of these 129 characters")
+    page.locator(".char-model__layer").focus()
+    clear_status(page)
+    page.keyboard.press("ArrowUp")  # layer 2
+    page.keyboard.press("Tab")  # its head
+    page.keyboard.press("ArrowUp")
+    page.keyboard.press("ArrowUp")  # head 3
+    s = wait_status(page, r"^Layer 2, head 3, from the last character, space: ")
+    shading = inside(page)
+    assert len(shading["text"]) == 64 and shading["titles"] == 64, "the window: the last 64 characters"
+    assert shading["text"] == ("To be, or not to be: that is the question. " * 3)[-64:]
+    shares = [float(x) for x in re.findall(r"(\d+)% on ", s["status"])]
+    assert len(shares) == 3 and shares == sorted(shares, reverse=True) and sum(shares) <= 101, s["status"]
+    want = page.evaluate("""async (text) => { const api = window.lessonlibCharModels;
+        const w = document.querySelector('.char-model'), model = await api.load(JSON.parse(w.dataset.models).gpt);
+        const weights = api.gptForward(model, api.encode(model, text).tokens.slice(-64)).attention[1][2];
+        return [...weights].sort((a, b) => b - a).slice(0, 3).map(x => Math.round(100 * x)); }""",
+                         "To be, or not to be: that is the question. " * 3)
+    assert shares == want, "the shares are layer 2, head 3's"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 360, "fits a 360-px screen"
+    assert not (violations := serious_violations(page)), "\n".join(violations)
+    assert not reader.errors, reader.errors
+
+
+def test_fast_typing_never_queues_stale_work(new_reader, base_url):
+    """A burst of keystrokes, each an input event, before the page can draw: one prediction, for the
+    last prompt, and no more forward steps than one reading of the window."""
+    page = new_reader().open(base_url + PAGE)
+    page.wait_for_function(READY)
+    before = page.evaluate("() => [+document.querySelector('.char-model').dataset.predictions,"
+                           " lessonlibCharModels.stats.steps]")
+    page.evaluate("""() => { const p = document.querySelector('.char-model__prompt');
+        for (const ch of 'e, or not to be, that is the q') { p.value += ch; p.dispatchEvent(new Event('input')); } }""")
+    page.wait_for_function(f"() => +document.querySelector('.char-model').dataset.predictions > {before[0]}")
+    page.wait_for_timeout(300)  # time enough for any queued work to show itself
+    after = page.evaluate("() => [+document.querySelector('.char-model').dataset.predictions,"
+                          " lessonlibCharModels.stats.steps]")
+    assert after[0] - before[0] == 1, f"{after[0] - before[0]} predictions for one burst of 30 keystrokes"
+    final = "Ham.\nTo be, or not to be, or not to be, that is the q"
+    assert after[1] - before[1] <= len(final), f"{after[1] - before[1]} forward steps: more than one reading of the prompt"
+    want = page.evaluate("""async (text) => { const api = window.lessonlibCharModels;
+        const w = document.querySelector('.char-model'), model = await api.load(JSON.parse(w.dataset.models).gpt);
+        const row = api.gptForward(model, api.encode(model, text).tokens).logits;
+        return model.vocab[row.indexOf(Math.max(...row))]; }""", final)
+    assert page.evaluate("document.querySelector('.char-model__prompt').value") == final
+    assert state(page)["top"] == {" ": "space", "\n": "newline"}.get(want, want), "the prediction shown is the last prompt's"
+
+
+def test_reduced_motion_moves_nothing(new_reader, base_url):
+    page = new_reader(reduced_motion="reduce").open(base_url + PAGE)
+    page.wait_for_function(READY)
+    moving = page.evaluate("""() => [...document.querySelectorAll('.char-model, .char-model *')].filter(e => {
+        const s = getComputedStyle(e);
+        return s.transitionDuration.split(',').some(d => parseFloat(d) > 0) || s.animationName !== 'none'; }).length""")
+    assert moving == 0, f"{moving} elements of the widget move under prefers-reduced-motion"
 
 
 def test_weights_that_fail_to_load_give_one_line_and_the_samples_stay(new_reader, base_url):
@@ -170,6 +264,7 @@ def test_weights_that_fail_to_load_give_one_line_and_the_samples_stay(new_reader
     assert error.is_visible() and "could not be loaded" in error.inner_text() and "\n" not in error.inner_text()
     assert page.locator(".char-model__fallback pre").first.is_visible()
     assert not page.locator(".char-model__live").is_visible()
+    assert page.locator(".char-model__fallback figure img").is_visible()
 
 
 def test_without_javascript_the_samples_stand_in(new_reader, base_url):
@@ -177,3 +272,11 @@ def test_without_javascript_the_samples_stand_in(new_reader, base_url):
     page.goto(base_url + PAGE)
     assert page.locator(".char-model__fallback pre").count() >= 3
     assert not page.locator(".char-model__live").is_visible()
+    # beside the samples, the lesson's learning curves: the same file and alt text as the figure above
+    figure = page.locator(".char-model__fallback figure img")
+    assert figure.is_visible()
+    curves = page.locator("article figure.lessonlib-figure:not(.char-model__figure) img[alt^='All three models fall']")
+    assert curves.count() == 1
+    assert figure.get_attribute("src") == curves.get_attribute("src")
+    assert figure.get_attribute("alt") == curves.get_attribute("alt")
+    assert page.evaluate("document.querySelector('.char-model__fallback img').naturalWidth") > 0, "the image loads"
