@@ -267,6 +267,23 @@ def test_weights_that_fail_to_load_give_one_line_and_the_samples_stay(new_reader
     assert page.locator(".char-model__fallback figure img").is_visible()
 
 
+def test_a_second_model_that_fails_to_load_leaves_the_first_running(new_reader, base_url):
+    """The LSTM loads once the page is idle; if it fails, the transformer keeps working, the LSTM
+    cannot be chosen, and one line says so."""
+    reader = new_reader()
+    reader.page.route(re.compile(r".*/lstm-[0-9a-f]+\.bin$"), lambda route: route.abort())
+    page = reader.open(base_url + PAGE)
+    page.wait_for_function(READY)
+    assert page.evaluate(READY) == "true"
+    page.wait_for_function("() => document.querySelector('input[value=lstm]').disabled")
+    error = page.locator(".char-model__error")
+    assert error.is_visible() and "LSTM could not be loaded" in error.inner_text() and "\n" not in error.inner_text()
+    assert page.locator(".char-model__live").is_visible()
+    assert page.locator("input[value=gpt]").is_checked()
+    page.locator(".char-model__prompt").fill("To be")
+    page.wait_for_function("() => document.querySelector('.char-model__status').textContent.startsWith('Transformer')")
+
+
 def test_without_javascript_the_samples_stand_in(new_reader, base_url):
     page = new_reader(java_script_enabled=False).page
     page.goto(base_url + PAGE)

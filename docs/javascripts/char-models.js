@@ -529,7 +529,7 @@
         if (models[name]) return predict(pendingAnnounce);
         note.textContent = `Loading the ${NAMES[name]}…`;
         const mine = generation;
-        loaded(name).then(() => { if (mine === generation) predict(pendingAnnounce); }, failed);
+        loaded(name).then(() => { if (mine === generation) predict(pendingAnnounce); }, (e) => unavailable(name, e));
       });
     }
 
@@ -571,6 +571,16 @@
       setTimeout(chunk, 0);
     }
 
+    function unavailable(name, e) {
+      // a model asked for after the first one ran failed to load: the other keeps running
+      const radio = radios.find((r) => r.value === name);
+      radio.disabled = true;
+      if (radio.checked) radios.find((r) => r !== radio).checked = true;
+      error.hidden = false;
+      error.textContent = `The ${NAMES[name]} could not be loaded (${e.message}); the ${NAMES[kind()]} still runs.`;
+      schedule("prediction");
+    }
+
     function failed(e) {
       error.hidden = false;
       error.textContent = `The live models could not be loaded (${e.message}); the samples and the figure above stand in.`;
@@ -596,7 +606,7 @@
       root.dataset.charModelReady = "true";
       // the other model, once the page is idle: choosing it then costs no wait
       const other = radios.map((r) => r.value).find((name) => name !== kind());
-      (window.requestIdleCallback || setTimeout)(() => loaded(other).catch(failed));
+      (window.requestIdleCallback || setTimeout)(() => loaded(other).catch((e) => unavailable(other, e)));
     }, failed);
   }
 
