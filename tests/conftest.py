@@ -49,6 +49,12 @@ def exercise_memo(monkeypatch) -> Path:
     return cache / "memo"
 
 
+@pytest.fixture
+def no_memo(monkeypatch) -> None:
+    """No memo store: a memoized exercise training runs, so a spy in it sees the calls."""
+    monkeypatch.delenv("LESSONLIB_CACHE_DIR", raising=False)
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Site:
     """The site, built once per test process (a page the suite is running meanwhile is waited for

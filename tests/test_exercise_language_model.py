@@ -198,7 +198,7 @@ def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
         exercise.check_sample(sampler(multiply=True))
 
 
-def test_train_and_write_use_the_readers_functions():
+def test_train_and_write_use_the_readers_functions(no_memo):
     calls = []
 
     def spy(model, optimizer, x, y, state):

@@ -148,7 +148,7 @@ def test_check_raises_with_plain_message():
     assert exercise.AttentionCheckError("x")._render_traceback_() == ["✗ x"]
 
 
-def test_train_uses_the_readers_function():
+def test_train_uses_the_readers_function(no_memo):
     calls = []
 
     def spy(q, k):

@@ -215,7 +215,7 @@ def test_check_raises_with_plain_message():
         exercise.check_mask(mask_tril(-1))
 
 
-def test_train_uses_the_readers_functions():
+def test_train_uses_the_readers_functions(no_memo):
     calls = []
 
     def spy(q, k, v, mask):
