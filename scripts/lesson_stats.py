@@ -33,6 +33,7 @@ BUDGETS = {  # core words at most; numerals per 1,000 core words at most
     "sequence-models": (2500, 45),
     "transformer": (3000, 45),
     "language-model": (3000, 45),
+    "recurrence-returns": (3000, 45),
 }
 ASSERTS_SHOWN = 3  # asserts in code shown outside collapsed blocks, at most, on every lesson
 SKIPPED = {"math", "script", "style", "nav", "svg", "button"}  # never prose
