@@ -200,3 +200,13 @@ def test_memory_task_builds_them_with_the_decay_open():
     assert set(RECURRENCE) == {"min_gru", "linear_attention", "gla", "selective_ssm"}
     assert (build("min_gru", 0).rnn.linear_z.bias == -3.0).all() and build("min_gru", 0).rnn.log_space
     assert (build("gla", 0).rnn.gate.bias == 3.0).all()
+
+
+def test_the_closed_control_differs_from_min_gru_only_in_its_gate_bias():
+    from lessonlib.experiments.memory_task import build
+    opened, closed = build("min_gru", 0).state_dict(), build("min_gru_closed", 0).state_dict()
+    assert opened.keys() == closed.keys()
+    differ = [name for name in opened if not torch.equal(opened[name], closed[name])]
+    assert differ == ["rnn.linear_z.bias"]
+    assert (closed["rnn.linear_z.bias"] == 3.0).all()  # 1 - sigmoid(3): keeps about 0.05 per step
+    assert build("min_gru_closed", 0).rnn.log_space

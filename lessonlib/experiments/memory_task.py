@@ -61,7 +61,8 @@ from lessonlib.progress import progress as progress_bar
 MODELS = ("rnn", "lstm", "lstm_open")  # the lesson's main sweep; the GRUs are built too
 # the layers of the recurrence lesson (lessonlib.models.scan and the models built on it), decay open
 RECURRENCE = ("min_gru", "linear_attention", "gla", "selective_ssm")
-KNOWN = (*MODELS, "gru", "gru_open", "transformer", *RECURRENCE)
+CLOSED = ("min_gru_closed",)  # the control: minGRU with its decay starting closed, all else the same
+KNOWN = (*MODELS, "gru", "gru_open", "transformer", *RECURRENCE, *CLOSED)
 LENGTHS = (10, 30, 50, 100)
 SEEDS = (0, 1, 2)
 CLUES = 2  # tokens 0 and 1 are the clues (and the labels); the rest of the vocabulary is noise
@@ -120,7 +121,7 @@ class MemoryModel(nn.Module):
             self.rnn = nn.LSTM(p.embedding, p.hidden, batch_first=True)
             if model_name == "lstm_open":
                 open_forget_gate(self.rnn, 1.5)  # both biases: the forget gate starts near sigmoid(3)
-        elif model_name in RECURRENCE:
+        elif model_name in (*RECURRENCE, *CLOSED):
             self.rnn = recurrence_layer(model_name, p.embedding, p.hidden)
         elif model_name == "transformer":
             # not recurrent, but it fills the same slot: (B, L, embedding) -> (outputs (B, L, hidden), _),
@@ -143,9 +144,11 @@ def recurrence_layer(model_name: str, input_size: int, hidden_size: int) -> nn.M
     """One of RECURRENCE: (B, L, input_size) -> (outputs (B, L, hidden_size), final state), trained
     through its parallel scan. Each starts with its decay open, so a fresh layer carries its state:
     minGRU's 1 - z near 1 - sigmoid(-3) = 0.95 (log space, as the paper trains it), GLA's alpha near
-    sigmoid(3) = 0.95, the SSM's delta in [0.001, 0.1]; linear attention has no decay at all."""
-    if model_name == "min_gru":
-        return MinGRU(input_size, hidden_size, log_space=True, decay_bias=-3.0)
+    sigmoid(3) = 0.95, the SSM's delta in [0.001, 0.1]; linear attention has no decay at all.
+    "min_gru_closed" (CLOSED) is minGRU with the sign of that bias flipped: 1 - z starts near 0.05."""
+    if model_name in ("min_gru", "min_gru_closed"):
+        decay_bias = -3.0 if model_name == "min_gru" else 3.0
+        return MinGRU(input_size, hidden_size, log_space=True, decay_bias=decay_bias)
     if model_name == "linear_attention":
         return LinearAttention(input_size, hidden_size, key_size=16)
     if model_name == "gla":
