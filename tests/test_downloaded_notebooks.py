@@ -42,6 +42,7 @@ EXERCISES = {
     "exercise-transformer": {"exercise-mask": "Solution: causal_mask", "exercise-attention": "Solution: masked_attention",
                              "exercise-heads": "Solution: split_heads and merge_heads"},
     "exercise-language-model": {"exercise-sample": "Solution: sample", "exercise-train-chunk": "Solution: train_chunk"},
+    "exercise-scan": {"exercise-combine": "Solution: combine", "exercise-scan": "Solution: scan"},
     "exercise-rnn": {"exercise-cell": "Solution: rnn_cell", "exercise-forward": "Solution: rnn_forward",
                      "exercise-train": "Solution: train"},
 }

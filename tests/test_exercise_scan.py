@@ -1,0 +1,186 @@
+"""The exercise notebook docs/lessons/exercise-scan.ipynb, executed as a reader would run it.
+
+With the published solutions pasted into the reader's cells, the notebook must run from top to
+bottom, pass every checker and print the counts its text describes; with a wrong answer, the
+checker cell after it must stop and name the mistake. The checker's messages are tested directly
+as well, one per mistake the notebook's checker names.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import nbformat
+import notebook_cells
+import pytest
+import torch
+from nbclient.exceptions import CellExecutionError
+from notebook_cells import tagged, text
+
+from lessonlib.exercises import scan as exercise
+from lessonlib.models.scan import scan_cost, scan_cumprod, scan_loop, scan_parallel
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-scan.ipynb"
+PARTS = {"exercise-combine": "combine", "exercise-scan": "scan"}
+
+
+def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
+    return notebook_cells.solved(NOTEBOOK, PARTS, replace)
+
+
+def namespace(nb: nbformat.NotebookNode) -> dict:
+    """The reader's functions of a notebook's exercise cells, without running the notebook."""
+    ns: dict = {"torch": torch}
+    for tag in PARTS:
+        exec(tagged(nb, tag).source, ns)
+    return ns
+
+
+# ----------------------------------------------------------------------------- the notebook as published
+
+def test_notebook_is_published_clean():
+    notebook_cells.assert_published_clean(notebook_cells.load(NOTEBOOK), list(PARTS))
+
+
+@pytest.fixture(scope="module")
+def kernel():
+    with notebook_cells.kernel(NOTEBOOK.parent) as run:
+        yield run
+
+
+def test_solution_passes_every_checker_and_counts_what_the_text_says(kernel):
+    nb = solved()
+    kernel(nb)
+    for tag in ("check-combine", "check-scan", "check-min-gru"):
+        assert text(tagged(nb, tag)).startswith("✓"), (tag, text(tagged(nb, tag)))
+    table = "".join(text(c) for c in nb.cells if "exercise.counts(scan_loop, T)" in c.source)
+    rows = [[int(n.replace(",", "")) for n in line.split()] for line in table.splitlines()[1:]]
+    assert [r[0] for r in rows] == [64, 256, 1024, 4096], table
+    # "the loop makes four times as many calls, and your scan makes six more: two rounds of three"
+    assert all(later[1] == 4 * earlier[1] and later[2] == earlier[2] + 6 for earlier, later in zip(rows, rows[1:])), table
+    # "about 3T (log2 T - 1) numbers where the loop computes 2T": the lesson's own count, scan_cost
+    assert all(r[3] == 2 * r[0] and r[4] == scan_cost(r[0]).operations for r in rows), table
+    assert all(1 < r[4] / (3 * r[0] * (math.log2(r[0]) - 1)) < 1.01 for r in rows), table
+    claim = next(c.source for c in nb.cells if "six" in c.source and c.cell_type == "markdown")
+    assert "four times as many calls" in claim and "two rounds of three" in claim and "3T (log2 T - 1)" in claim
+
+
+def test_unsolved_notebook_stops_at_the_first_checker():
+    with pytest.raises(CellExecutionError) as info:
+        notebook_cells.execute(notebook_cells.load(NOTEBOOK), NOTEBOOK.parent)
+    assert info.value.ename == "ScanCheckError"
+    assert "combine() is still the stub" in str(info.value)
+
+
+@pytest.mark.parametrize("tag, edit, expected", [
+    ("exercise-combine", ("A2 * B1 + B2", "A1 * B2 + B1"), "wrong order"),
+    ("exercise-scan", ("a[:, :1] * h0.unsqueeze(1) + b[:, :1]", "b[:, :1]"), "h0 is ignored"),
+    ("exercise-scan", ("while d < a.shape[1]:", "while 2 * d < a.shape[1]:"), "one round short"),
+])
+def test_a_listed_mistake_stops_the_notebook_at_its_checker(kernel, tag, edit, expected):
+    with pytest.raises(CellExecutionError) as info:
+        kernel(solved({tag: edit}))
+    assert info.value.ename == "ScanCheckError"
+    assert expected in str(info.value)
+
+
+# ----------------------------------------------------------------------------- the checker
+
+def combine(earlier, later):
+    (A1, B1), (A2, B2) = earlier, later
+    return A2 * A1, A2 * B1 + B2
+
+
+def hillis_steele(fold="through a_1", order="earlier first", rounds=math.ceil, in_round="old A", shift=False):
+    """A reader's scan, right by default, with one mistake chosen by the arguments."""
+    def scan(a, b, h0):
+        first = {"through a_1": a[:, :1] * h0.unsqueeze(1) + b[:, :1], "forgotten": b[:, :1],
+                 "added": b[:, :1] + h0.unsqueeze(1)}[fold]
+        A, B = a.clone(), torch.cat([first, b[:, 1:]], dim=1)
+        T = a.shape[1]
+        for r in range(rounds(math.log2(T)) if T > 1 else 0):
+            d = 2 ** r
+            earlier, later = (A[:, :-d], B[:, :-d]), (A[:, d:], B[:, d:])
+            A_new, B_new = combine(earlier, later) if order == "earlier first" else combine(later, earlier)
+            if in_round == "new A":  # the in-place version: B reads the A this round just wrote
+                A[:, d:] = A_new
+                B[:, d:] = A[:, d:] * B[:, :-d] + B[:, d:]
+            else:
+                A, B = torch.cat([A[:, :d], A_new], dim=1), torch.cat([B[:, :d], B_new], dim=1)
+        return torch.cat([h0.unsqueeze(1), B[:, :-1]], dim=1) if shift else B
+    return scan
+
+
+def in_place(a, b, h0):
+    a[:, 0] *= 1.0  # touches the caller's tensor, even if it changes no value
+    a.add_(0.0)
+    b[:, :1] = a[:, :1] * h0.unsqueeze(1) + b[:, :1]
+    return scan_loop(a, torch.cat([b[:, :1] - a[:, :1] * h0.unsqueeze(1), b[:, 1:]], dim=1), h0)
+
+
+def stub(*_):
+    raise NotImplementedError
+
+
+COMBINE_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "wrong order": (lambda e, l: combine(l, e), "wrong order"),
+    "later A dropped": (lambda e, l: (l[0] * e[0], e[1] + l[1]), "drops the later step's A"),
+    "A added": (lambda e, l: (l[0] + e[0], l[0] * e[1] + l[1]), "the decays multiply"),
+    "one tensor": (lambda e, l: l[0] * e[0], "pair of tensors"),
+}
+SCAN_MISTAKES = {
+    "stub": (stub, "still the stub"),
+    "pairs in the wrong order": (hillis_steele(order="later first"), "combines each pair in the wrong order"),
+    "off-by-one shift": (hillis_steele(shift=True), "shifted by one step"),
+    "h0 forgotten": (hillis_steele(fold="forgotten"), "h0 is ignored"),
+    "h0 not through a_1": (hillis_steele(fold="added"), "without passing through a_1"),
+    "a round short": (hillis_steele(rounds=math.floor), "one round short"),
+    "B reads the new A": (hillis_steele(in_round="new A"), "already updated"),
+    "a product that underflows": (scan_cumprod, "underflowed to 0"),
+    "a loop": (scan_loop, "steps through the positions one at a time"),
+    "inputs changed in place": (in_place, "in place"),
+    "h0 returned too": (lambda a, b, h0: torch.cat([h0.unsqueeze(1), scan_loop(a, b, h0)], dim=1), "h0 included"),
+    "logarithms of b": (lambda a, b, h0: scan_loop(a, b.log().exp(), h0), "inf or nan for ordinary inputs"),
+}
+
+
+@pytest.mark.parametrize("name", COMBINE_MISTAKES)
+def test_combine_checker_names_the_mistake(name):
+    wrong, expected = COMBINE_MISTAKES[name]
+    problem = exercise.diagnose_combine(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+@pytest.mark.parametrize("name", SCAN_MISTAKES)
+def test_scan_checker_names_the_mistake(name):
+    wrong, expected = SCAN_MISTAKES[name]
+    problem = exercise.diagnose_scan(wrong)
+    assert problem is not None and expected in problem, problem
+
+
+def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
+    ns = namespace(solved())
+    assert exercise.diagnose_combine(combine) is None and exercise.diagnose_combine(ns["combine"]) is None
+    for scan in (hillis_steele(), scan_parallel, ns["scan"]):
+        assert exercise.diagnose_scan(scan) is None
+        assert exercise.diagnose_min_gru(scan) is None
+    exercise.check_scan(scan_parallel)
+    assert capsys.readouterr().out.startswith("✓")
+
+
+def test_the_min_gru_check_wants_a_gradient():
+    problem = exercise.diagnose_min_gru(lambda a, b, h0: scan_parallel(a, b, h0).detach())
+    assert "no gradient" in problem
+
+
+def test_counts_are_the_lessons_counts():
+    """counts() measures what scan_cost and loop_cost count by reading the code."""
+    for T in (1, 5, 64, 300):
+        assert exercise.counts(scan_parallel, T).operations == scan_cost(T).operations
+        assert exercise.counts(scan_loop, T) == exercise.Counts(2 * T, 2 * T)
+
+
+def test_check_raises_with_plain_message():
+    with pytest.raises(exercise.ScanCheckError, match="wrong order"):
+        exercise.check_combine(lambda e, l: combine(l, e))
