@@ -95,7 +95,8 @@ def diagnose_combine(combine: Callable[[Pair, Pair], Pair]) -> str | None:
         return ("combine drops the later step's A from B: the earlier B passes through the later step too, "
                 "5 * (2h + 3) + 7 = 10h + 22, so B = A2 * B1 + B2.")
     if B != 22.0:
-        return f"for h -> 2h + 3 and then h -> 5h + 7, the pair is (10, 22): 5 * (2h + 3) + 7 = 10h + 22. Yours: ({A:g}, {B:g})."
+        return (f"for h -> 2h + 3 and then h -> 5h + 7, the pair is (10, 22): 5 * (2h + 3) + 7 = 10h + 22. "
+                f"Yours: ({A:g}, {B:g}).")
     return None
 
 
@@ -113,7 +114,7 @@ def _named_mistake(h: Tensor, a: Tensor, b: Tensor, h0: Tensor) -> str | None:
     if _same(h, scan_loop(a, torch.cat([b[:, :1] + h0.unsqueeze(1), b[:, 1:]], dim=1))):
         return ("h0 is added to b_1 without passing through a_1: the first step maps h0 to a_1 * h0 + b_1, "
                 "so fold it in as b_1 <- a_1 * h0 + b_1.")
-    swapped = hillis_steele(a, b, h0, combine=lambda e, l: combine_reference(l, e))
+    swapped = hillis_steele(a, b, h0, combine=lambda earlier, later: combine_reference(later, earlier))
     if _same(h, swapped):
         return ("your scan combines each pair in the wrong order: the pair from d steps back is the *earlier* "
                 "one, so it goes first: combine(pair[t - d], pair[t]).")
@@ -123,7 +124,8 @@ def _named_mistake(h: Tensor, a: Tensor, b: Tensor, h0: Tensor) -> str | None:
     rounds = math.ceil(math.log2(T)) if T > 1 else 0
     if rounds and _same(h, hillis_steele(a, b, h0, rounds=rounds - 1)):
         return (f"your scan stops one round short: at T = {T} it needs ceil(log2 {T}) = {rounds} rounds "
-                f"(d = 1, 2, 4, ... while d < T); without the last, every step after step {2 ** (rounds - 1)} misses its earliest steps.")
+                f"(d = 1, 2, 4, ... while d < T); without the last, every step after step {2 ** (rounds - 1)} "
+                "misses its earliest steps.")
     return None
 
 
@@ -141,7 +143,8 @@ def diagnose_scan(scan: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str | Non
             return f"scan() must return a tensor, not {type(h).__name__}."
         if h.shape != a.shape:
             hint = " (h0 included: return h_1 ... h_T only)" if h.shape[1:2] == (T + 1,) else ""
-            return f"for a, b of shape {tuple(a.shape)} = (B, T, D), h should have that shape too, not {tuple(h.shape)}{hint}."
+            return (f"for a, b of shape {tuple(a.shape)} = (B, T, D), h should have that shape too, "
+                    f"not {tuple(h.shape)}{hint}.")
         if not torch.isfinite(h).all():
             return (f"at T = {T} your result has inf or nan for ordinary inputs (a_t in (0.3, 0.7), b_t of both "
                     "signs): a logarithm of a negative b, or a division by a product of the a_t?")
@@ -219,7 +222,8 @@ def diagnose_min_gru(scan: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str | 
         steps.append(out)
     want = torch.stack(steps, dim=1)  # (B, T, H)
     if not _same(h.detach(), want.detach()):
-        return f"through your scan the minGRU differs from its step-by-step form by {(h - want).abs().max().item():.3g}."
+        gap = (h - want).abs().max().item()
+        return f"through your scan the minGRU differs from its step-by-step form by {gap:.3g}."
     if not h.requires_grad:
         return "no gradient flows through your scan: do not detach or use torch.no_grad(); training needs it."
     got = torch.autograd.grad(h.square().sum(), model.linear_z.weight)[0]
