@@ -24,6 +24,7 @@ from lessonlib.experiments import language_model as lm
 from lessonlib.models.char_rnn import CharRNN, detach_state
 from lessonlib.models.char_transformer import CharTransformer
 from lessonlib.models.lstm import LSTM
+from lessonlib.models.recurrent_mixer import RecurrentMixer
 from lessonlib.models.rnn import RNN
 from lessonlib.models.sampling import generate, next_token
 
@@ -135,8 +136,37 @@ def test_transformer_is_causal_and_limited_to_its_context():
 
 
 def test_the_protocol_models_have_about_the_same_size():
-    counts = {name: lm.parameters(lm.build(name, 73)) for name in lm.MODELS}
+    counts = {name: lm.parameters(lm.build(name, 73)) for name in lm.MODELS + lm.MIXERS}
     assert max(counts.values()) < 1.25 * min(counts.values()), counts
+
+
+@pytest.mark.parametrize("kind", lm.MIXERS)
+def test_a_mixer_model_is_the_gpt_with_a_recurrent_layer_in_attentions_place(kind):
+    gpt, mixed = lm.build("gpt", V), lm.build(kind, V)
+    assert [type(b.self_attn) for b in mixed.transformer.blocks] == [RecurrentMixer] * len(gpt.transformer.blocks)
+    assert all(b.self_attn.kind == kind for b in mixed.transformer.blocks)
+    attention = {n for n, _ in gpt.named_parameters() if ".self_attn." in n}
+    same = {n: p.shape for n, p in gpt.named_parameters() if n not in attention}
+    assert same == {n: p.shape for n, p in mixed.named_parameters() if ".self_attn." not in n}
+
+
+@pytest.mark.parametrize("kind", lm.MIXERS)
+def test_a_mixer_model_is_causal_and_refuses_what_a_recurrence_cannot_do(kind):
+    torch.manual_seed(0)
+    model = lm.build(kind, V, dataclasses.replace(lm.PROTOCOL, chunk=40)).double().eval()
+    x = tokens(2, 40)
+    changed = x.clone()
+    changed[:, 25:] = (changed[:, 25:] + 1) % V
+    with torch.no_grad():
+        before, after = model(x)[0], model(changed)[0]
+    assert torch.equal(before[:, :25], after[:, :25])
+    assert not torch.allclose(before[:, 25], after[:, 25])
+    mixer = model.transformer.blocks[0].self_attn
+    for kwargs in ({"causal": False}, {"causal": True, "need_weights": True}, {"causal": True, "cache": object()}):
+        with pytest.raises(ValueError, match="reads only earlier positions"):
+            mixer(torch.randn(1, 3, 64, dtype=torch.float64), **kwargs)
+    with pytest.raises(ValueError, match="unknown mixer"):
+        RecurrentMixer("gru", 8)
 
 
 # ----------------------------------------------------------------------------- truncated BPTT

@@ -42,9 +42,11 @@ from lessonlib.models.char_transformer import CharTransformer
 from lessonlib.models.gru import GRU
 from lessonlib.models.lstm import LSTM
 from lessonlib.models.multihead import KVCache
+from lessonlib.models.recurrent_mixer import RecurrentMixer
 from lessonlib.models.rnn import RNN
 
 MODELS = ("rnn", "lstm", "gpt")
+MIXERS = ("min_gru", "linear_attention")  # the GPT's blocks with a recurrent layer in attention's place
 Device = torch.device | str
 
 
@@ -86,13 +88,16 @@ def build(name: str, vocab: int, protocol: LMProtocol = PROTOCOL, seed: int = 0,
           device: Device = "cpu") -> nn.Module:
     """The untrained model `name`, its weights drawn on the CPU from `seed`, then moved."""
     torch.manual_seed(seed)
-    p, size = protocol, protocol.sizes[name]
+    p = protocol
     if name in ("rnn", "lstm", "gru"):
-        model = CharRNN(name, vocab, p.embedding, size)
-    elif name == "gpt":
-        model = CharTransformer(vocab, size, p.heads, p.layers, context=p.chunk)
+        model = CharRNN(name, vocab, p.embedding, p.sizes[name])
+    elif name == "gpt" or name in MIXERS:
+        model = CharTransformer(vocab, p.sizes["gpt"], p.heads, p.layers, context=p.chunk)
+        if name in MIXERS:  # the GPT but for its mixer, and trained as the GPT is, on windows
+            for block in model.transformer.blocks:
+                block.self_attn = RecurrentMixer(name, p.sizes["gpt"])
     else:
-        raise ValueError(f"unknown model {name!r}, expected one of {MODELS}")
+        raise ValueError(f"unknown model {name!r}, expected one of {MODELS + MIXERS}")
     return model.to(device)
 
 
