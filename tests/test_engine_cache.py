@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from lessonlib.engine import cache as cache_module
-from lessonlib.engine import store
+from lessonlib.engine.build import cache as cache_module
+from lessonlib.engine.build.page import PACKAGE_ROOT, execute_page, execute_pages
 from lessonlib.engine.config import Settings
-from lessonlib.engine.page import PACKAGE_ROOT, execute_page, execute_pages
+from lessonlib.engine.worker import store
 
 PATH = "docs/fixture.md"
 

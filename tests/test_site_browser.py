@@ -26,7 +26,7 @@ import yaml
 
 from conftest import Site
 from lessonlib.engine.config import environment_settings, load_settings
-from lessonlib.engine.store import write_atomically
+from lessonlib.engine.worker.store import write_atomically
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -291,7 +291,7 @@ def test_every_page_reads_well(verdict, reader, base_url, path):
 
 
 def wait_for_notebook_styles(page) -> None:
-    """Until the page links a notebook stylesheet (lessonlib/engine/stylesheets.py) and every one
+    """Until the page links a notebook stylesheet (lessonlib/engine/build/stylesheets.py) and every one
     it links has loaded; a page without one times out."""
     page.wait_for_function("() => { const rules = [...document.querySelectorAll('link[href*=\"/notebook-\"]')]"
                            ".map(l => l.sheet ? l.sheet.cssRules.length : 0);"

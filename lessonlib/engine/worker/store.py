@@ -1,7 +1,7 @@
 """What the build and the pages' workers both use to keep files in the cache: atomic writes,
 locks, versioned files, the fingerprints of the environment and of engine code, and the cache's
-errors in one line. A worker imports this module (through lessonlib.engine.memo), so an edit
-here re-runs every page; the page cache itself (lessonlib.engine.cache) is build-side.
+errors in one line. A worker imports this module (through lessonlib.engine.worker.memo), so an edit
+here re-runs every page; the page cache itself (lessonlib.engine.build.cache) is build-side.
 """
 from __future__ import annotations
 
@@ -19,22 +19,22 @@ from pathlib import Path
 from typing import IO
 
 from lessonlib.engine.config import SEED
-from lessonlib.engine.errors import SetupError
+from lessonlib.engine.worker.errors import SetupError
 
 FORMAT = 5  # bump when the stored layout or the rendering contract changes
-ENGINE = Path(__file__).parent
+ENGINE = Path(__file__).parents[1]
 
 
 def environment_fingerprint(device: str) -> str:
     """What every page depends on besides its own inputs: Python, the machine's kind, the device,
     the seed and the cache's format. Installed versions are inputs of the pages and calls whose
-    code refers to them (lessonlib.engine.inputs), not of every key."""
+    code refers to them (lessonlib.engine.worker.inputs), not of every key."""
     facts = [FORMAT, platform.python_version(), platform.machine(), device, SEED]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
 
 
 def source_fingerprint(*modules: str) -> str:
-    """The code of these engine modules (by name, e.g. "notebook"): the key of what a
+    """The code of these engine modules (by path in the engine, e.g. "build/notebook"): the key of what a
     build-side module keeps between builds, so that editing it renders afresh."""
     h = hashlib.sha256()
     for name in modules:

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lessonlib.engine.errors import SetupError
+from lessonlib.engine.worker.errors import SetupError
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2

@@ -3,7 +3,7 @@
 The static key covers the page's path, its blocks and their options, its inline expressions,
 and the environment (store.environment_fingerprint: the Python version, the device, the seed
 and the format). The entry under it
-holds the outputs and the manifest of what the run actually read (lessonlib.engine.inputs),
+holds the outputs and the manifest of what the run actually read (lessonlib.engine.worker.inputs),
 the installed distributions its code refers to included; a lookup hits only if every recorded
 input is unchanged. The engine's code is not in the key: the worker-side modules a page ran
 with are inputs in its manifest, like any project module, and the build-side ones (plugin,
@@ -27,10 +27,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO
 
-from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
-from lessonlib.engine.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
+from lessonlib.engine.worker.blocks import ParsedPage, parse_page
+from lessonlib.engine.worker.inputs import Manifest
+from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
+from lessonlib.engine.worker.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
 
 
 def page_key(page: ParsedPage, environment: str) -> str:
@@ -40,7 +40,7 @@ def page_key(page: ParsedPage, environment: str) -> str:
     return hashlib.sha256(json.dumps([page.path, blocks, inline, environment]).encode()).hexdigest()
 
 
-PARSER = ("blocks", "options", "errors")  # the engine modules a parsed page comes from
+PARSER = ("worker/blocks", "worker/options", "worker/errors")  # the engine modules a parsed page comes from
 
 
 def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:

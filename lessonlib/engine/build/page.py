@@ -1,7 +1,7 @@
 """execute_pages: the one executor behind the MkDocs plugin, the pytest collector and the CLI.
 
 For each page: parse it, look it up in the cache (its static key, then its recorded inputs),
-run the pages that missed in worker processes (lessonlib.engine.pool), store what they
+run the pages that missed in worker processes (lessonlib.engine.build.pool), store what they
 produced, and render every page back to Markdown. Concurrent builds of one checkout share the
 cache: a page another build is running is waited for, then read from the cache.
 """
@@ -19,8 +19,8 @@ from typing import IO, TYPE_CHECKING
 
 import lessonlib
 from lessonlib.device import cpus
-from lessonlib.engine.blocks import ParsedPage
-from lessonlib.engine.cache import (
+from lessonlib.engine.worker.blocks import ParsedPage
+from lessonlib.engine.build.cache import (
     Entry,
     PageCache,
     file_clock,
@@ -29,14 +29,14 @@ from lessonlib.engine.cache import (
     prune,
 )
 from lessonlib.engine.config import SEED, Settings
-from lessonlib.engine.errors import LessonError, SetupError, WriteError
-from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import PageOutputs
-from lessonlib.engine.render import render
-from lessonlib.engine.store import cache_errors, environment_fingerprint
+from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
+from lessonlib.engine.worker.inputs import Manifest
+from lessonlib.engine.worker.outputs import PageOutputs
+from lessonlib.engine.build.render import render
+from lessonlib.engine.worker.store import cache_errors, environment_fingerprint
 
 if TYPE_CHECKING:
-    from lessonlib.engine.pool import PageJob, Ran, Task
+    from lessonlib.engine.build.pool import PageJob, Ran, Task
 
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
 
@@ -201,7 +201,7 @@ class _Run:
         is stored only from a run during which its inputs held still."""
         if not claimed:  # every page came from the cache
             return
-        from lessonlib.engine.pool import (  # here: a warm build starts no process
+        from lessonlib.engine.build.pool import (  # here: a warm build starts no process
             Task,
             run_pages,
         )
@@ -243,7 +243,7 @@ class _Run:
         return result
 
     def _job(self, page: ParsedPage) -> PageJob:
-        from lessonlib.engine.pool import PageJob
+        from lessonlib.engine.build.pool import PageJob
 
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))
