@@ -28,17 +28,17 @@ from urllib.parse import urljoin, urlsplit
 
 from nbformat import NotebookNode, from_dict, v4
 
-from lessonlib.engine.worker.blocks import SOURCE, Block, ParsedPage
 from lessonlib.engine.build.cache import path_name
-from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.build.render import (
     DATA_TITLE,
     markdown_table,
     render_line,
     source_markdown,
 )
-from lessonlib.engine.worker.store import cache_errors, kept, source_fingerprint
 from lessonlib.engine.build.wheel import CONSTRAINTS
+from lessonlib.engine.worker.blocks import SOURCE, Block, ParsedPage
+from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
+from lessonlib.engine.worker.store import cache_errors, kept, source_fingerprint
 
 OWN_CODE = ("build/notebook", "build/render", "worker/blocks")  # the engine modules a notebook's text comes from
 SETUP = """\

@@ -15,11 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import lessonlib
 from lessonlib.device import cpus
-from lessonlib.engine.worker.blocks import ParsedPage
 from lessonlib.engine.build.cache import (
     Entry,
     PageCache,
@@ -28,14 +27,17 @@ from lessonlib.engine.build.cache import (
     parsed_page,
     prune,
 )
+from lessonlib.engine.build.render import render
 from lessonlib.engine.config import SEED, Settings
+from lessonlib.engine.worker.blocks import ParsedPage
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import PageOutputs
-from lessonlib.engine.build.render import render
 from lessonlib.engine.worker.store import cache_errors, environment_fingerprint
 
 if TYPE_CHECKING:
+    from filelock import FileLock
+
     from lessonlib.engine.build.pool import PageJob, Ran, Task
 
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
@@ -157,7 +159,7 @@ class _Run:
         finally:
             for lock in locks.values():
                 if lock is not None:
-                    lock.close()
+                    lock.release()
         if self.cache and misses:  # only a page that ran can have stored something
             with self._cache_errors():
                 self._prune()
@@ -195,7 +197,7 @@ class _Run:
         seconds = self.cache.last_seconds(page.path) if self.cache else None
         return (-(seconds if seconds is not None else float("inf")), -sum(len(b.code) for b in page.blocks))
 
-    def _run(self, claimed: list[tuple[int, ParsedPage]], keys: dict, locks: dict[int, IO | None],
+    def _run(self, claimed: list[tuple[int, ParsedPage]], keys: dict, locks: dict[int, FileLock | None],
              results: list, total: int, again: bool = True) -> None:
         """Run the pages; one whose input changed while it ran runs once more (`again`), and
         is stored only from a run during which its inputs held still."""
@@ -227,7 +229,7 @@ class _Run:
                             + (f" (not cached: {changed} while it ran)" if changed else ""))
                 lock = locks.pop(index, None)
                 if lock is not None:
-                    lock.close()
+                    lock.release()
         if rerun:
             self._run(rerun, keys, locks, results, total=len(rerun), again=False)
 

@@ -21,20 +21,20 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
 from mkdocs.structure.files import get_files
 
-from lessonlib.engine.worker.blocks import read_page
-from lessonlib.engine.config import LessonConfig, settings_from
-from lessonlib.engine.worker.errors import LessonError, SetupError
+from lessonlib.engine.build.docs_files import linked, unpublished
 from lessonlib.engine.build.html_memo import HtmlMemo, MemoHighlightExtension
 from lessonlib.engine.build.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.build.notebook import Install, colab_url, notebook_text, published_exercise
 from lessonlib.engine.build.page import PageResult, execute_page, execute_pages
 from lessonlib.engine.build.publish import Staging
-from lessonlib.engine.build.docs_files import linked, unpublished
 from lessonlib.engine.build.render import figure_files, fill_html_slots
 from lessonlib.engine.build.search_memo import memoize_search
-from lessonlib.engine.worker.store import cache_errors, write_atomically
 from lessonlib.engine.build.stylesheets import shared_stylesheets
 from lessonlib.engine.build.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
+from lessonlib.engine.config import LessonConfig, settings_from
+from lessonlib.engine.worker.blocks import read_page
+from lessonlib.engine.worker.errors import LessonError, SetupError
+from lessonlib.engine.worker.store import cache_errors, write_atomically
 
 log = get_plugin_logger(__name__)
 LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set

@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from lessonlib.engine.worker import lifetime, process as worker
-from lessonlib.engine.worker.blocks import ParsedPage
 from lessonlib.engine.config import BUILD_PID
+from lessonlib.engine.worker import lifetime
+from lessonlib.engine.worker import process as worker
+from lessonlib.engine.worker.blocks import ParsedPage
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs

@@ -166,7 +166,7 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
         return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
     finally:
         _locking.reset(token)
-        lock.close()
+        lock.release()
 
 
 def callable_name(func: Callable) -> str:

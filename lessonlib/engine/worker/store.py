@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -16,7 +15,8 @@ import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+
+from filelock import FileLock, Timeout
 
 from lessonlib.engine.config import SEED
 from lessonlib.engine.worker.errors import SetupError
@@ -105,18 +105,17 @@ def touch(path: Path) -> None:
         os.utime(path)
 
 
-def file_lock(path: Path, wait: bool = True) -> IO | None:
-    """An exclusive lock, held until the returned file is closed; None if another process holds
-    it and `wait` is False. The kernel drops a flock when its process dies, so a killed build
-    leaves no stale lock behind."""
+def file_lock(path: Path, wait: bool = True) -> FileLock | None:
+    """An exclusive lock, held until it is released; None if another process holds it and
+    `wait` is False. A flock, never a marker file: the kernel drops it when its process dies, so
+    a killed build leaves no stale lock behind. The file stays (prune removes unheld ones)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "w")  # noqa: SIM115 (the caller closes it)
+    lock = FileLock(path, thread_local=False, fallback_to_soft=False, preserve_lock_file=True)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        handle.close()
+        lock.acquire(blocking=wait)
+    except Timeout:
         return None
-    return handle
+    return lock
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:
