@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import http.server
 import itertools
 import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,7 @@ import pytest
 import torch
 
 from lessonlib.engine.worker import lifetime
+from lessonlib.engine.worker.store import write_atomically
 
 # Every device test runs on CPU, and on CUDA where there is one; without one it is
 # skipped with a reason, never silently dropped.
@@ -47,6 +50,57 @@ def exercise_memo(monkeypatch) -> Path:
     cache = load_settings(ROOT / "mkdocs.yml").cache_dir
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(cache))
     return cache / "memo"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A test's recorded pass on given inputs (verdict_on)."""
+
+    file: Path
+    known: bool  # it passed on these very inputs
+
+    def record(self) -> None:
+        for other in self.file.parent.glob("*"):  # one pass per test: the latest inputs'
+            other.unlink(missing_ok=True)
+        write_atomically(self.file, b"passed\n")
+
+
+@pytest.fixture
+def verdict_on(request) -> Callable[..., Verdict]:
+    """`verdict_on(*inputs)`: whether this test passed on the same inputs (bytes that hold all it
+    reads, besides its own file, which is added), from the suite's cache. A test that can only
+    give the same verdict on the same inputs returns early when it is known, and records its
+    pass; a warm suite then reuses it, as a page reuses its memoized results. Any change to an
+    input runs it again, and LESSONLIB_REFRESH=1 runs it regardless."""
+    from lessonlib.engine.config import environment_settings, load_settings
+
+    def make(*inputs: bytes) -> Verdict:
+        settings = load_settings(ROOT / "mkdocs.yml")
+        return find_verdict(settings.cache_dir, request.node.nodeid, [*inputs, request.path.read_bytes()],
+                            refresh=environment_settings().refresh)
+
+    return make
+
+
+@functools.cache
+def code_and_environment() -> bytes:
+    """What a kernel started by a test may import: lessonlib's files, every installed
+    distribution's version, and Python's (for verdict_on)."""
+    from importlib.metadata import distributions
+
+    digest = hashlib.sha256(sys.version.encode())
+    for file in sorted((ROOT / "lessonlib").rglob("*.py")):
+        digest.update(file.relative_to(ROOT).as_posix().encode() + b"\0" + file.read_bytes())
+    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
+    return digest.hexdigest().encode() + "\n".join(installed).encode()
+
+
+def find_verdict(cache_dir: Path, test: str, inputs: list[bytes], refresh: bool) -> Verdict:
+    digest = hashlib.sha256()
+    for part in inputs:
+        digest.update(hashlib.sha256(part).digest())
+    file = cache_dir / "verdicts" / hashlib.sha256(test.encode()).hexdigest()[:32] / digest.hexdigest()[:32]
+    return Verdict(file, file.exists() and not refresh)
 
 
 @pytest.fixture

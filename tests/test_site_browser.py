@@ -4,7 +4,7 @@ The site is built once per test process (the `site` fixture, tests/conftest.py),
 every page is checked for what a reader needs: no errors, no request to any other host, images
 with alt text, rendered math, no serious accessibility problem in either palette (axe-core), no
 sideways scrolling. Those per-page checks record their passes in the cache, under a digest of the
-site, the browser and this file (verdicts): a warm suite on an unchanged site reuses them.
+site, the browser and this file (verdict_on): a warm suite on an unchanged site reuses them.
 With --screenshots, a picture of each page in each view lands in test-artifacts/screenshots/.
 
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
@@ -24,9 +24,7 @@ import nbformat
 import pytest
 import yaml
 
-from conftest import Site
-from lessonlib.engine.config import environment_settings, load_settings
-from lessonlib.engine.worker.store import write_atomically
+from conftest import Site, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -68,28 +66,21 @@ READY = """path => document.documentElement.dataset.lessonlibReady === path
     && [...document.querySelectorAll('.char-model')].every(e => e.dataset.charModelReady)"""
 
 
-class Verdict:
-    """A per-page check's recorded pass (see `verdict`)."""
-
-    def __init__(self, file: Path, refresh: bool) -> None:
-        self.file, self.known = file, file.exists() and not refresh
-
-    def record(self) -> None:
-        write_atomically(self.file, b"passed\n")
-
-
 @pytest.fixture(scope="session")
-def verdicts(site, browser) -> Path:
-    """Where the per-page checks record their passes, under a digest of everything they read
-    (site_digest). Such a check gives the same verdict on the same inputs, so a warm suite reuses
-    a pass, as the lessons reuse memoized results; any change to the site, the browser or a check
-    runs them all again, and LESSONLIB_REFRESH=1 runs them regardless."""
-    return load_settings(ROOT / "mkdocs.yml").cache_dir / "browser" / site_digest(site, browser.version)
+def site_inputs(site, browser) -> bytes:
+    """What the per-page checks read (site_digest), for verdict_on."""
+    return site_digest(site, browser.version).encode()
+
+
+@pytest.fixture
+def verdict(verdict_on, site_inputs) -> Verdict:
+    """This per-page check's pass on this site, if it was recorded (verdict_on)."""
+    return verdict_on(site_inputs)
 
 
 def site_digest(site: Site, browser_version: str) -> str:
     """The built site's bytes (its address and dated sitemap aside), the browser's version,
-    axe-core and this file."""
+    axe-core and this file (whose helpers other browser tests use)."""
     from axe_playwright_python import base
 
     digest = hashlib.sha256()
@@ -115,13 +106,6 @@ def test_a_pass_is_reused_only_on_the_same_inputs(tmp_path):
     assert built("two", "http://127.0.0.1:5000/", "<h1>A</h1>", sitemap="2026-12-06") == first
     assert built("three", "http://127.0.0.1:4000/", "<h1>B</h1>") != first
     assert site_digest(Site(tmp_path / "one", "http://127.0.0.1:4000/"), "Chromium 2") != first
-
-
-@pytest.fixture
-def verdict(verdicts, request) -> Verdict:
-    """This check's pass on these inputs, if it was recorded; the check records it when it passes."""
-    name = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:32]
-    return Verdict(verdicts / name, environment_settings().refresh)
 
 
 class Reader:
@@ -251,7 +235,7 @@ def test_every_page_reads_well(verdict, reader, base_url, path):
     """One visit per page checks what it shows: its images, its math, its notebook downloads,
     its knowledge checks and the reader's palette switch."""
     if verdict.known:
-        return  # it passed on these very inputs (verdicts)
+        return  # it passed on these very inputs (verdict_on)
     page = reader.open(base_url + path)
     for image in article_images(page):
         assert image["width"] > 0, f"image did not load: {image}"
@@ -321,7 +305,7 @@ VIEWS = {"phone-light": (PHONE, "light"), "desktop-dark": (DESKTOP, "dark")}
 @pytest.mark.parametrize("path", site_pages())
 def test_fits_the_screen_with_no_serious_accessibility_violations(verdict, new_reader, base_url, path, view, request):
     if verdict.known and not request.config.getoption("screenshots"):
-        return  # it passed on these very inputs (verdicts)
+        return  # it passed on these very inputs (verdict_on)
     viewport, scheme = VIEWS[view]
     # The palette follows the reader's system preference (mkdocs.yml), emulated here.
     page = new_reader(viewport=viewport, color_scheme=scheme).open(base_url + path)
