@@ -32,7 +32,8 @@ WORKERS = "LESSONLIB_WORKERS"  # overrides the workers option
 DEVICE = "LESSONLIB_DEVICE"  # the torch device pages run on: cpu (the default), cuda, cuda:1
 PERTURB = "LESSONLIB_PERTURB"  # scripts/robustness: stand-ins for another machine (scripts/perturb)
 BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which ends when the build does
-VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID)
+SCHEDULER = "LESSONLIB_SCHEDULER"  # overrides the scheduler option: run pages on that Dask cluster
+VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID, SCHEDULER)
 
 
 def user_cache_dir() -> Path:
@@ -57,6 +58,7 @@ class Settings:
     publish_limit_mb: float = 10  # per page: the files it publishes beside itself (lessonlib.publish)
     device: str = "cpu"  # the torch device pages run on (LESSONLIB_DEVICE): cpu, cuda, cuda:1
     perturb: tuple[str, ...] = ()  # scripts/robustness only (LESSONLIB_PERTURB): subnormals, threads=N
+    scheduler: str | None = None  # a Dask scheduler (tcp://host:8786) to run pages on; None: this machine's cores
 
     def __post_init__(self) -> None:
         """Raises SetupError, naming the option, for a value out of range."""
@@ -88,6 +90,7 @@ class Settings:
             workers=options.whole_number(WORKERS, env[WORKERS]) if env[WORKERS] else self.workers,
             device=env[DEVICE].strip() or self.device,
             perturb=tuple(p.strip() for p in env[PERTURB].split(",") if p.strip()) or self.perturb,
+            scheduler=env[SCHEDULER].strip() or self.scheduler,
         )
 
 
@@ -128,6 +131,10 @@ def _lesson_config() -> type:
         publish_limit_mb = c.Type((int, float), default=10)
         """What one page may publish beside itself with lessonlib.publish (model weights ...),
         its files together; they are kept in its cache entry too."""
+        scheduler = c.Optional(c.Type(str))
+        """A Dask scheduler's address (tcp://host:8786): pages run on its workers, which see
+        the project and the cache folder at the same paths; unset: on this machine
+        (LESSONLIB_SCHEDULER overrides it)."""
 
     return LessonConfig
 
@@ -146,7 +153,7 @@ def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settin
         settings = Settings(root=root, timeout=config.timeout, cache_dir=cache_dir,
                             workers=config.workers, memory_limit_mb=config.memory_limit_mb,
                             output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb,
-                            publish_limit_mb=config.publish_limit_mb)
+                            publish_limit_mb=config.publish_limit_mb, scheduler=config.scheduler)
     except SetupError as e:
         raise SetupError(f"{config_name}, lessonlib option {e}") from None
     return settings.with_environment()

@@ -11,7 +11,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -36,7 +36,7 @@ from lessonlib.engine.render import render
 from lessonlib.engine.store import cache_errors, environment_fingerprint
 
 if TYPE_CHECKING:
-    from lessonlib.engine.pool import PageJob, Ran, Task
+    from lessonlib.engine.pool import Outcome, PageJob, Ran, Task
 
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
 
@@ -201,16 +201,12 @@ class _Run:
         is stored only from a run during which its inputs held still."""
         if not claimed:  # every page came from the cache
             return
-        from lessonlib.engine.pool import (  # here: a warm build starts no process
-            Task,
-            run_pages,
-        )
+        from lessonlib.engine.pool import Task  # here: a warm build starts no process
 
         tasks = [Task(self._job(page), page, self.settings.timeout) for _, page in claimed]
         index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
-        workers = self._workers(len(tasks))
         rerun = []
-        with contextlib.closing(run_pages(tasks, workers, self.settings.memory_limit_mb)) as outcomes:
+        with contextlib.closing(self._outcomes(tasks)) as outcomes:
             for done, (task, outcome) in enumerate(outcomes, start=1):
                 index = index_of[id(task)]
                 if isinstance(outcome, SetupError):
@@ -230,6 +226,16 @@ class _Run:
                     lock.close()
         if rerun:
             self._run(rerun, keys, locks, results, total=len(rerun), again=False)
+
+    def _outcomes(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """pool.run_pages, on this machine or on the Dask cluster at `scheduler`."""
+        if self.settings.scheduler:
+            from lessonlib.engine import cluster  # here: only a build on a cluster imports Dask
+
+            return cluster.run_pages(tasks, self.settings.scheduler, self.settings.memory_limit_mb)
+        from lessonlib.engine.pool import run_pages
+
+        return run_pages(tasks, self._workers(len(tasks)), self.settings.memory_limit_mb)
 
     def _outcome(self, task: Task, outcome: Ran | LessonError, key: str, store: bool) -> PageResult | LessonError:
         if isinstance(outcome, LessonError):

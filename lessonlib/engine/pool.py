@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import re
 import signal
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -75,14 +76,16 @@ class _Running:
     gone: bool = False  # its end of the pipe closed: it has exited
 
 
-def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
+def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None,
+              stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[Task, Outcome]]:
     """Run each task's page in its own process, at most `workers` at once, in the given order;
-    yield each task with its result as it finishes."""
+    yield each task with its result as it finishes. `stop`, asked at each poll: when it says
+    True, end the pages running and return (a Dask worker whose build went away)."""
     context = _context()
     queue = list(tasks)
     running: list[_Running] = []
     try:
-        while queue or running:
+        while (queue or running) and not stop():
             while queue and len(running) < workers:
                 running.append(_start(context, queue.pop(0)))
             ready = wait([r.conn for r in running if not r.gone] + [r.output for r in running if not r.output.closed],
@@ -108,6 +111,13 @@ def _context() -> multiprocessing.context.BaseContext:
         _template = multiprocessing.get_context("forkserver")
         _template.set_forkserver_preload(TEMPLATE)
     return _template
+
+
+def start_template() -> None:
+    """Start the template now, from this thread: it ends when this thread does (guard)."""
+    with _no_main_module(), _template_environment():
+        _context()
+        multiprocessing.forkserver.ensure_running()
 
 
 def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running:
