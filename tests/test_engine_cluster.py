@@ -66,8 +66,9 @@ def test_a_failing_page_names_the_line_a_local_build_names(tmp_path, scheduler, 
 
 
 def _pid_page(pids: Path, go: Path) -> str:
-    """A page that appends its process's pid to `pids`, then waits until `go` exists."""
-    return (f"```python exec\nimport os, time\nwith open({str(pids)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+    """A page that appends its process's pid to `pids`, then waits until `go` exists (its time
+    limit far past the tests' bound: only what the test does may end it)."""
+    return (f"```python exec timeout=3600\nimport os, time\nwith open({str(pids)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
             f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('page done')\n```\n")
 
 
@@ -84,13 +85,14 @@ def _nothing_processing(client: Client) -> bool:
     return not any(keys for keys in client.processing().values())
 
 
-def test_a_stopped_build_leaves_no_page_running_on_the_cluster(tmp_path, client, scheduler):
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])  # SIGTERM: dies at once; SIGINT: closes its futures
+def test_a_stopped_build_leaves_no_page_running_on_the_cluster(tmp_path, client, scheduler, stop):
     pids = tmp_path / "pids"
     site = make_site(tmp_path / "site", {"held.md": _pid_page(pids, tmp_path / "never")})
     build = _cli(site, scheduler)
     try:
         until(lambda: _pids(pids), "the page to run on a worker", BOUND_S)
-        build.send_signal(signal.SIGTERM)
+        build.send_signal(stop)
         build.communicate(timeout=BOUND_S)
         (page,) = _pids(pids)
         until(lambda: gone(page), "the page's process to end with its build", BOUND_S)
