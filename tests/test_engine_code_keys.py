@@ -31,7 +31,7 @@ from lessonlib.engine.outputs import BlockOutput, PageOutputs
 
 PACKAGE = Path(lessonlib.__file__).resolve().parent
 BUILD_SIDE = ["plugin", "render", "notebook", "search_memo", "html_memo", "mathml", "numerals", "pytest_plugin", "cache",
-              "pool", "page", "publish", "published", "wheel", "stylesheets"]
+              "pool", "page", "publish", "published", "wheel", "stylesheets", "cluster"]
 PAGE = "# A page\n\n```python exec\nimport lessonlib\nprint(lessonlib.device())\n```\n"
 
 
