@@ -46,18 +46,18 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
     the given order (first, first run); yield each task with its result as it finishes. Closed
     early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them."""
     client = _connect(scheduler)
-    build = uuid.uuid4().hex[:12]
-    futures = {client.submit(run_page, task, memory_limit_mb, key=f"lessonlib-{build}-{task.job.path}",
-                             priority=len(tasks) - i, pure=False): task for i, task in enumerate(tasks)}
+    build, futures = uuid.uuid4().hex[:12], {}
     try:
+        futures = {client.submit(run_page, task, memory_limit_mb, key=f"lessonlib-{build}-{task.job.path}",
+                                 priority=len(tasks) - i, pure=False): task for i, task in enumerate(tasks)}
         for future in as_completed(futures, loop=client.loop):
             yield futures[future], _outcome(future, futures[future], scheduler)
     finally:
         running = [f for f in futures if not f.done()]
         if running:
             client.cancel(running)
-            with contextlib.suppress(OSError, TimeoutError):
-                client.run(_settled, [f.key for f in running], SETTLE_SECONDS)
+            with contextlib.suppress(OSError, TimeoutError):  # the scheduler is gone: so are its workers' tasks
+                client.run(_settled, [f.key for f in running], SETTLE_SECONDS, on_error="ignore")
         client.close()
 
 
@@ -75,10 +75,9 @@ def _outcome(future, task: Task, scheduler: str) -> Outcome:
         return future.result()
     except KilledWorker as e:
         line = task.page.blocks[0].start + 1 if task.page.blocks else 1
-        lost = e.allowed_failures
         return LessonError(task.job.path, line, f"the Dask worker {e.last_worker.address} was lost while running this "
-                           f"page, after {lost} other{'s' if lost != 1 else ''} had been "
-                           f"(distributed.scheduler.allowed-failures: {lost})")
+                           "page (it runs again on another worker as many times as distributed.scheduler."
+                           f"allowed-failures allows: {e.allowed_failures})")
     except Exception as e:  # the cluster's fault, not the page's: no page ran code that raised it
         raise SetupError(f"the Dask cluster at {scheduler} could not run {task.job.path}: {_one_line(e)}") from None
 
