@@ -12,7 +12,7 @@ import nbformat
 
 from lessonlib.engine.blocks import ParsedPage, parse_page, read_page
 from lessonlib.engine.claims import binding
-from lessonlib.engine.config import Settings, environment_settings, load_settings
+from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.errors import LessonError, SetupError
 from lessonlib.engine.notebook import to_notebook
 from lessonlib.engine.numerals import hand_typed_numerals
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config) if args.config.is_file() else environment_settings()
+    return load_settings(args.config) if args.config.is_file() else Settings().with_build_environment()
 
 
 def _cache(args: argparse.Namespace) -> int:

@@ -44,14 +44,18 @@ def scheduler(client) -> str:
     return client.scheduler.address
 
 
-def test_a_site_built_on_the_cluster_is_byte_identical_to_a_local_one(tmp_path, build, scheduler):
-    pages = {"index.md": "# Home\n", "good.md": GOOD, "second.md": "# Two\n\n```python exec\nprint(sum(range(10)))\n```\n"}
+def test_a_site_built_on_the_cluster_is_byte_identical_to_a_local_one_and_shares_its_cache(tmp_path, build, scheduler):
+    # second.md reads the engine's settings (lessonlib.device()): where pages run must not be one of its inputs
+    second = "# Two\n\n```python exec\nimport lessonlib\nprint(lessonlib.device(), sum(range(10)))\n```\n"
+    pages = {"index.md": "# Home\n", "good.md": GOOD, "second.md": second}
     here, there = make_site(tmp_path / "here", pages), make_site(tmp_path / "there", pages)
     assert build(here).returncode == 0
     on_cluster = build(there, **{SCHEDULER: scheduler})
     assert on_cluster.returncode == 0, on_cluster.stdout + on_cluster.stderr
     differing = set(_differences(filecmp.dircmp(here / "site", there / "site")))
     assert differing <= DATED, differing - DATED
+    again_here = build(there).stderr
+    assert "docs/good.md: from cache" in again_here and "docs/second.md: from cache" in again_here, again_here
 
 
 @pytest.mark.parametrize("fault", ["os._exit(3)", "swallowed timeout"])

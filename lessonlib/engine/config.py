@@ -34,6 +34,9 @@ PERTURB = "LESSONLIB_PERTURB"  # scripts/robustness: stand-ins for another machi
 BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which ends when the build does
 SCHEDULER = "LESSONLIB_SCHEDULER"  # overrides the scheduler option: run pages on that Dask cluster
 VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID, SCHEDULER)
+# Read by the build only, never in a page's process (which reads its settings for lessonlib.device()):
+# it would record them as inputs, and a cluster build would run again what a local build cached.
+BUILD_ONLY = (SCHEDULER,)
 
 
 def user_cache_dir() -> Path:
@@ -80,7 +83,7 @@ class Settings:
 
     def with_environment(self) -> Settings:
         """Apply the LESSONLIB_* variables (a bad value is a SetupError naming the variable)."""
-        env = {name: os.environ.get(name, "") for name in VARIABLES}
+        env = {name: os.environ.get(name, "") for name in VARIABLES if name not in BUILD_ONLY}
         switches = {name: options.switch(name, env[name]) for name in (EXECUTE, REFRESH) if env[name]}
         return replace(
             self,
@@ -90,8 +93,11 @@ class Settings:
             workers=options.whole_number(WORKERS, env[WORKERS]) if env[WORKERS] else self.workers,
             device=env[DEVICE].strip() or self.device,
             perturb=tuple(p.strip() for p in env[PERTURB].split(",") if p.strip()) or self.perturb,
-            scheduler=env[SCHEDULER].strip() or self.scheduler,
         )
+
+    def with_build_environment(self) -> Settings:
+        """with_environment, and the variables only a build reads (BUILD_ONLY): for the doors."""
+        return replace(self.with_environment(), scheduler=os.environ.get(SCHEDULER, "").strip() or self.scheduler)
 
 
 def environment_settings() -> Settings:
@@ -156,7 +162,7 @@ def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settin
                             publish_limit_mb=config.publish_limit_mb, scheduler=config.scheduler)
     except SetupError as e:
         raise SetupError(f"{config_name}, lessonlib option {e}") from None
-    return settings.with_environment()
+    return settings.with_build_environment()
 
 
 def load_settings(config_file: Path) -> Settings:
