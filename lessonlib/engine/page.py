@@ -161,7 +161,8 @@ class _Run:
         if self.cache and misses:  # only a page that ran can have stored something
             with self._cache_errors():
                 self._prune()
-        self.report(_summary([results[i] for i, _ in todo], time.perf_counter() - started, self._workers(len(misses))))
+        workers = 0 if self.settings.scheduler else self._workers(len(misses))  # a cluster's are not this machine's
+        self.report(_summary([results[i] for i, _ in todo], time.perf_counter() - started, workers))
 
     def _lookup(self, page: ParsedPage, key: str, now: dict | None = None) -> PageResult | None:
         """A result from the cache if every recorded input is unchanged (`now`: see Manifest.changed)."""

@@ -19,6 +19,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -115,7 +116,7 @@ def _context() -> multiprocessing.context.BaseContext:
 
 def start_template() -> None:
     """Start the template now, from this thread: it ends when this thread does (guard)."""
-    with _no_main_module(), _template_environment():
+    with _process_globals():
         _context()
         multiprocessing.forkserver.ensure_running()
 
@@ -125,7 +126,7 @@ def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running
     output, output_end = context.Pipe(duplex=False)
     Path(task.job.stack_file).write_text("")
     process = context.Process(target=worker.main, args=(send, output_end, task.job), name=f"lessonlib {task.job.path}")
-    with _no_main_module(), _template_environment():
+    with _process_globals():
         process.start()
     send.close()
     output_end.close()
@@ -133,6 +134,17 @@ def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running
     r = _Running(task, process, receive, output, time.monotonic())
     _enter(r, None, start=True)
     return r
+
+
+_starting = threading.Lock()
+
+
+@contextmanager
+def _process_globals() -> Iterator[None]:
+    """What a worker starts with: swapped in for the start alone, one thread at a time (a Dask worker
+    may run pages in several threads; two interleaved swaps would leave the swapped values behind)."""
+    with _starting, _no_main_module(), _template_environment():
+        yield
 
 
 @contextmanager
