@@ -18,27 +18,27 @@ __all__ = ["claim", "device", "figure_data", "memo", "memoized", "progress", "pu
 
 def __getattr__(name: str):
     if name == "claim":
-        from lessonlib.engine.claims import claim
+        from lessonlib.engine.worker.claims import claim
 
         return claim
     if name == "memo":  # the engine's memo imports NumPy and joblib: only pages need it
-        from lessonlib.engine.memo import memo
+        from lessonlib.engine.worker.memo import memo
 
         return memo
     if name == "memoized":  # a block's memo="..." option, as an exported notebook runs it
-        from lessonlib.engine.shown import memoized
+        from lessonlib.engine.worker.shown import memoized
 
         return memoized
     if name == "figure_data":  # with matplotlib: only pages that draw need it
-        from lessonlib.engine.svg import figure_data
+        from lessonlib.engine.worker.svg import figure_data
 
         return figure_data
     if name in ("scratch", "publish"):
-        from lessonlib.engine import page_files
+        from lessonlib.engine.worker import page_files
 
         return getattr(page_files, name)
     if name == "start_page":  # with torch
-        from lessonlib.engine.session import start_page
+        from lessonlib.engine.worker.session import start_page
 
         return start_page
     raise AttributeError(f"module 'lessonlib' has no attribute {name!r}")

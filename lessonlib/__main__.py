@@ -10,14 +10,14 @@ from pathlib import Path
 
 import nbformat
 
-from lessonlib.engine.blocks import ParsedPage, parse_page, read_page
-from lessonlib.engine.claims import binding
+from lessonlib.engine.build.notebook import to_notebook
+from lessonlib.engine.build.numerals import hand_typed_numerals
+from lessonlib.engine.build.page import PageResult, execute_pages
 from lessonlib.engine.config import Settings, load_settings
-from lessonlib.engine.errors import LessonError, SetupError
-from lessonlib.engine.notebook import to_notebook
-from lessonlib.engine.numerals import hand_typed_numerals
-from lessonlib.engine.outputs import BlockOutput
-from lessonlib.engine.page import PageResult, execute_pages
+from lessonlib.engine.worker.blocks import ParsedPage, parse_page, read_page
+from lessonlib.engine.worker.claims import binding
+from lessonlib.engine.worker.errors import LessonError, SetupError
+from lessonlib.engine.worker.outputs import BlockOutput
 
 
 def main(argv: list[str] | None = None) -> int:

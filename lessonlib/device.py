@@ -57,7 +57,7 @@ def flush_subnormals() -> None:
     A vanishing gradient fills the backward pass of a long sequence with them, and many CPUs
     compute on subnormals tens of times more slowly than on other floats, so without this a
     page's build time would depend on the CPU. What it changes in a result is below 1e-38.
-    Every page (lessonlib.engine.session.start_page) and every experiment's process calls it."""
+    Every page (lessonlib.engine.worker.session.start_page) and every experiment's process calls it."""
     import torch
 
     torch.set_flush_denormal(True)

@@ -10,6 +10,6 @@ T = TypeVar("T")
 def progress(items: Iterable[T], description: str, total: int | None = None, enabled: bool = True) -> Iterable[T]:
     from tqdm import tqdm  # here: `import lessonlib` in the build process must stay light
 
-    from lessonlib.engine.capture import terminal  # not sys.stderr: while a page runs, that is the page's
+    from lessonlib.engine.worker.capture import terminal  # not sys.stderr: while a page runs, that is the page's
 
     return tqdm(items, desc=description, total=total, file=terminal(), disable=not enabled, leave=False)

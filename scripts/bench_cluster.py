@@ -19,8 +19,8 @@ from pathlib import Path
 import dask
 from distributed import LocalCluster
 
+from lessonlib.engine.build.page import PageResult, execute_pages
 from lessonlib.engine.config import Settings
-from lessonlib.engine.page import PageResult, execute_pages
 
 LOOP = "x = 0\nfor i in range({n}):\n    x = (x * 31 + i) % 1000003\n"
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 import torch
 
-from lessonlib.engine import lifetime
+from lessonlib.engine.worker import lifetime
 
 # Every device test runs on CPU, and on CUDA where there is one; without one it is
 # skipped with a reason, never silently dropped.

@@ -31,7 +31,7 @@ import pytest
 from nbclient import NotebookClient
 from notebook_cells import printed, solution_code, tagged, text
 
-from lessonlib.engine.session import DOCTEST_FLAGS
+from lessonlib.engine.worker.session import DOCTEST_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

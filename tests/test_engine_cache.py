@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from lessonlib.engine import cache as cache_module
-from lessonlib.engine import store
+from lessonlib.engine.build import cache as cache_module
+from lessonlib.engine.build.page import PACKAGE_ROOT, execute_page, execute_pages
 from lessonlib.engine.config import Settings
-from lessonlib.engine.page import PACKAGE_ROOT, execute_page, execute_pages
+from lessonlib.engine.worker import store
 
 PATH = "docs/fixture.md"
 
@@ -516,6 +516,6 @@ def test_prune_goes_by_last_use_and_leaves_a_held_lock(tmp_path):
 
     held = store.file_lock(tmp_path / "memo/mid.lock")  # a build computing that call again
     assert cache_module.prune(tmp_path, limit_mb=0, since=250) == 1, "never what this run used"
-    held.close()
+    held.release()
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
         "memo/mid.lock", "pages/new.json"]

@@ -1,14 +1,14 @@
 """A block's output is what it wrote during the block, at the Python and the descriptor level
-(lessonlib.engine.capture): in order, under the output limit, and never another block's."""
+(lessonlib.engine.worker.capture): in order, under the output limit, and never another block's."""
 from __future__ import annotations
 
 import textwrap
 
 import pytest
 
+from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import Settings
-from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import execute_page
+from lessonlib.engine.worker.errors import LessonError
 
 PATH = "docs/fixture.md"
 

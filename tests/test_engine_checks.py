@@ -6,14 +6,10 @@ import markdown
 import pytest
 from fixture_sites import make_site
 
-from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.config import Settings
-from lessonlib.engine.errors import LessonError
-from lessonlib.engine.mathml import leftover_tex, source_line
-from lessonlib.engine.numerals import hand_typed_numerals
-from lessonlib.engine.outputs import DataTable
-from lessonlib.engine.page import execute_page
-from lessonlib.engine.render import (
+from lessonlib.engine.build.mathml import leftover_tex, source_line
+from lessonlib.engine.build.numerals import hand_typed_numerals
+from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.build.render import (
     DATA_TITLE,
     TIMING_CLASS,
     figure_files,
@@ -22,7 +18,11 @@ from lessonlib.engine.render import (
     markdown_table,
     render,
 )
-from lessonlib.engine.session import BlockOutput, Figure
+from lessonlib.engine.config import Settings
+from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.errors import LessonError
+from lessonlib.engine.worker.outputs import DataTable
+from lessonlib.engine.worker.session import BlockOutput, Figure
 
 PROSE = """\
 # Results

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from lessonlib.__main__ import main as cli_main
-from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.claims import binding, claim, sentences
-from lessonlib.engine.render import checks_appendix
+from lessonlib.engine.build.render import checks_appendix
+from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.claims import binding, claim, sentences
 
 
 @pytest.mark.parametrize(("sentence", "is_claim"), [

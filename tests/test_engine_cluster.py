@@ -21,9 +21,9 @@ from site_support import gone, kill_quietly, until
 from test_engine_doors import DATED, _differences
 from test_engine_faults import FAULTS
 
+from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import SCHEDULER, Settings
-from lessonlib.engine.errors import LessonError, SetupError
-from lessonlib.engine.page import execute_page
+from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CLUSTER_CONFIG = {"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 1}
 BOUND_S = 120  # stops a test that would otherwise hang; never a measure of speed

@@ -1,7 +1,7 @@
 """What editing the engine itself re-runs: only what the edit can change.
 
-Build-side modules render, export and schedule; no stored result depends on them, so editing one
-re-runs nothing. Worker-side modules run the pages: each page's manifest lists the ones it ran
+Build-side modules (engine/build/) render, export and schedule; no stored result depends on them, so editing one
+re-runs nothing. Worker-side modules (engine/worker/) run the pages: each page's manifest lists the ones it ran
 with, so editing one re-runs those pages. What a build-side module keeps between builds (parsed
 pages, exported notebooks, the HTML memo) is keyed on its own code.
 
@@ -21,17 +21,16 @@ import nbformat
 import pytest
 
 import lessonlib
-from lessonlib.engine import cache as cache_module
-from lessonlib.engine import store
-from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.cache import parsed_page, path_name
-from lessonlib.engine.html_memo import HtmlMemo
-from lessonlib.engine.notebook import notebook_text
-from lessonlib.engine.outputs import BlockOutput, PageOutputs
+from lessonlib.engine.build import cache as cache_module
+from lessonlib.engine.build.cache import parsed_page, path_name
+from lessonlib.engine.build.html_memo import HtmlMemo
+from lessonlib.engine.build.notebook import notebook_text
+from lessonlib.engine.worker import store
+from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 
 PACKAGE = Path(lessonlib.__file__).resolve().parent
-BUILD_SIDE = ["plugin", "render", "notebook", "search_memo", "html_memo", "mathml", "numerals", "pytest_plugin", "cache",
-              "pool", "page", "publish", "published", "wheel", "stylesheets", "cluster"]
+BUILD_SIDE = sorted(p.relative_to(PACKAGE / "engine") for p in (PACKAGE / "engine" / "build").glob("*.py"))
 PAGE = "# A page\n\n```python exec\nimport lessonlib\nprint(lessonlib.device())\n```\n"
 
 
@@ -58,12 +57,12 @@ def test_editing_a_build_side_module_reruns_nothing_and_a_worker_side_one_reruns
     engine = copy / "lessonlib" / "engine"
 
     assert "ran 1 blocks" in run_page(project, copy)
-    for name in BUILD_SIDE:
-        edit(engine / f"{name}.py")
+    for module in BUILD_SIDE:
+        edit(engine / module)
     log = run_page(project, copy)
     assert re.search(r"docs/page\.md: from cache", log), log
 
-    edit(engine / "svg.py")  # every page's worker draws its figures with it
+    edit(engine / "worker" / "svg.py")  # every page's worker draws its figures with it
     log = run_page(project, copy)
     assert "runs again: module" in log and "svg.py changed" in log and "ran 1 blocks" in log, log
 
@@ -101,7 +100,7 @@ def test_a_parsed_page_is_kept_until_its_text_or_the_parser_changes(tmp_path, en
     assert parsed_page(SOURCE, "docs/a.md", store).blocks[0].code == "x = 1\n"
 
     written = kept.read_bytes()
-    edit(engine_copy / "blocks.py")
+    edit(engine_copy / "worker" / "blocks.py")
     cache_module._parser_code.cache_clear()
     parsed_page(SOURCE, "docs/a.md", store)
     assert kept.read_bytes() != written  # parsed again by the edited parser
@@ -125,7 +124,7 @@ def test_an_exported_notebook_is_made_again_when_the_exporting_code_changes(tmp_
     kept = store / f"{path_name('docs/a.md')}.ipynb"
     version = kept.read_text().split(" ", 1)[0]
     assert notebook_text(page, outputs, "key", store) == text and kept.read_text().split(" ", 1)[0] == version
-    edit(engine_copy / "notebook.py")
+    edit(engine_copy / "build" / "notebook.py")
     assert notebook_text(page, outputs, "key", store) == text
     assert kept.read_text().split(" ", 1)[0] != version
 
@@ -156,6 +155,6 @@ def test_the_html_memo_renders_again_when_the_code_that_fills_it_changes(tmp_pat
     memo.save()
     HtmlMemo(path).get("highlight", "x", render)
     assert len(renders) == 1
-    edit(engine_copy / "mathml.py")
+    edit(engine_copy / "build" / "mathml.py")
     HtmlMemo(path).get("highlight", "x", render)
     assert len(renders) == 2

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from site_support import until
 
-from lessonlib.engine import inputs
+from lessonlib.engine.build.page import execute_page, execute_pages
 from lessonlib.engine.config import Settings
-from lessonlib.engine.page import execute_page, execute_pages
+from lessonlib.engine.worker import inputs
 
 PATH = "docs/fixture.md"
 

@@ -16,9 +16,9 @@ import pytest
 from fixture_sites import environment, make_site
 from site_support import gone, kill_quietly, until
 
+from lessonlib.engine.build.page import execute_page, execute_pages
 from lessonlib.engine.config import Settings
-from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import execute_page, execute_pages
+from lessonlib.engine.worker.errors import LessonError
 
 SPINNER = """\
 ```python exec
@@ -117,7 +117,7 @@ def test_a_page_may_start_a_forkserver_of_its_own_which_ends_with_the_page(tmp_p
 def test_forkserver_pid_is_the_parent_of_what_the_forkserver_starts():
     script = textwrap.dedent("""\
         import multiprocessing, time, psutil
-        from lessonlib.engine import lifetime
+        from lessonlib.engine.worker import lifetime
         before = lifetime.forkserver_pid()
         child = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(60,))
         child.start()

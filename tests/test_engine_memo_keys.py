@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import Settings
-from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import execute_page
+from lessonlib.engine.worker.errors import LessonError
 
 CARRIERS = {
     "a bound self": """\

@@ -17,14 +17,14 @@ from fixture_sites import make_site
 from nbclient.exceptions import CellExecutionError
 from notebook_cells import execute, printed
 
-from lessonlib.engine import plugin
-from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.build import plugin
+from lessonlib.engine.build.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
+from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.build.stylesheets import LARGE, shared_stylesheets
+from lessonlib.engine.build.wheel import read_project, wheel_bytes
 from lessonlib.engine.config import Settings, load_settings
-from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
-from lessonlib.engine.page import execute_page
-from lessonlib.engine.session import DOCTEST_FLAGS
-from lessonlib.engine.stylesheets import LARGE, shared_stylesheets
-from lessonlib.engine.wheel import read_project, wheel_bytes
+from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.session import DOCTEST_FLAGS
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "docs" / "lessons").glob("*.md"))

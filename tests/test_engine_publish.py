@@ -13,7 +13,7 @@ import pytest
 from fixture_sites import GOOD, MKDOCS_BUILD, environment, make_site
 from site_support import tree, until
 
-from lessonlib.engine.publish import Staging
+from lessonlib.engine.build.publish import Staging
 
 STRICT_FAILURES = {
     "a broken link": "\nSee [the missing page](missing.md).\n",
@@ -31,7 +31,8 @@ def test_a_strict_warning_after_the_pages_ran_leaves_the_site_as_it_was(tmp_path
     result = build(site)
     assert result.returncode != 0 and "in strict mode" in result.stdout, result.stderr
     assert tree(site / "site") == before
-    assert not list(site.glob(".site.*")), "the failed build's staging folder is removed"
+    left = [p.name for p in site.glob(".site.*")]
+    assert left == [".site.lock"], f"the failed build's staging folder and its lock are removed: {left}"
 
 
 # Page A, run before MkDocs renders anything, holds until the author has edited page B (a page

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.build.render import figure_files, fill_html_slots
 from lessonlib.engine.config import SEED, Settings
-from lessonlib.engine.errors import LessonError
-from lessonlib.engine.page import execute_page
-from lessonlib.engine.render import figure_files, fill_html_slots
+from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.errors import LessonError
 
 PATH = "docs/fixture.md"
 

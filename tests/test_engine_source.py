@@ -8,12 +8,12 @@ import pytest
 from fixture_sites import make_site
 from notebook_cells import execute, printed
 
-from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.claims import binding
+from lessonlib.engine.build.notebook import to_notebook
+from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import Settings
-from lessonlib.engine.errors import LessonError
-from lessonlib.engine.notebook import to_notebook
-from lessonlib.engine.page import execute_page
+from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.claims import binding
+from lessonlib.engine.worker.errors import LessonError
 
 PATH = "docs/page.md"
 SHOWN = '# Shown\n\nThe code:\n\n```python source="shownmod:twice"\n```\n\nAfter.\n'
@@ -43,9 +43,9 @@ def test_a_source_block_shows_the_objects_code_under_its_file_and_line_and_an_ed
 
 
 def test_a_library_method_is_shown_dedented_from_its_package_file(settings):
-    page = '```python source="lessonlib.engine.errors:LessonError.__str__"\n```\n'
+    page = '```python source="lessonlib.engine.worker.errors:LessonError.__str__"\n```\n'
     shown = execute_page(page, PATH, settings).outputs.blocks[0].source
-    assert shown.file == "lessonlib/engine/errors.py" and shown.code.startswith("def __str__(self) -> str:\n")
+    assert shown.file == "lessonlib/engine/worker/errors.py" and shown.code.startswith("def __str__(self) -> str:\n")
 
 
 @pytest.mark.parametrize("fence, message", [
@@ -69,7 +69,7 @@ def test_a_source_block_must_be_empty(settings):
 
 
 def test_check_and_the_claims_binding_read_past_a_source_block(tmp_path, lessonlib_cli):
-    page = ('# T\n\nThis helper is never slower than two calls.\n\n```python source="lessonlib.engine.errors:SetupError"\n'
+    page = ('# T\n\nThis helper is never slower than two calls.\n\n```python source="lessonlib.engine.worker.errors:SetupError"\n'
             '```\n\n```python exec check\nfrom lessonlib import claim\nassert 1, claim("never slower")\n```\n')
     site = make_site(tmp_path / "site", {"page.md": page})
     found = binding(parse_page(page, PATH), page)

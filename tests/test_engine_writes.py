@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 import lessonlib
+from lessonlib.engine.build.page import execute_page, execute_pages
 from lessonlib.engine.config import Settings
-from lessonlib.engine.errors import LessonError, WriteError
-from lessonlib.engine.page import execute_page, execute_pages
+from lessonlib.engine.worker.errors import LessonError, WriteError
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_a_cache_entry_with_damaged_published_files_is_a_miss(tmp_path, settings
     (entry,) = (settings.cache_dir / "pages").glob("*.json")
     data = json.loads(entry.read_text())
     data["payload"]["published"]["weights.bin"] = "not base64!"
-    from lessonlib.engine.cache import _checksum
+    from lessonlib.engine.build.cache import _checksum
     data["checksum"] = _checksum(data["payload"])
     entry.write_text(json.dumps(data))
     again = execute_page(PUBLISHES, "docs/fixture.md", settings)

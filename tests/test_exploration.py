@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
-from lessonlib.engine import svg
+from lessonlib.engine.worker import svg
 from lessonlib.figures.exploration import ALT_LIMIT, Frame, Table, exploration_html, frame_svg
 
 

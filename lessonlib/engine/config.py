@@ -19,8 +19,8 @@ from pathlib import Path
 
 import platformdirs
 
-from lessonlib.engine import options
-from lessonlib.engine.errors import SetupError
+from lessonlib.engine.worker import options
+from lessonlib.engine.worker.errors import SetupError
 
 SEED = 0  # every page, and every memoized call, starts from this seed in random, NumPy and torch
 

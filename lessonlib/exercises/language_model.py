@@ -29,7 +29,7 @@ from torch.nn import functional as F
 
 from lessonlib.data import text
 from lessonlib.device import steady_cpu
-from lessonlib.engine.memo import memo
+from lessonlib.engine.worker.memo import memo
 from lessonlib.exercises.calls import STUB, call
 from lessonlib.experiments import language_model as lm
 from lessonlib.models.char_rnn import CharRNN, detach_state

@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.device import steady_cpu
-from lessonlib.engine.memo import memo
+from lessonlib.engine.worker.memo import memo
 from lessonlib.exercises.calls import call, loss_ends
 from lessonlib.experiments import memory_task
 from lessonlib.models.lstm import LSTM

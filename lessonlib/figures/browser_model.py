@@ -13,7 +13,7 @@ import html
 import json
 from collections.abc import Mapping
 
-from lessonlib.engine import svg
+from lessonlib.engine.worker import svg
 
 
 def drawn_figure(alt: str) -> tuple[str, str]:

@@ -3,7 +3,7 @@
 The static key covers the page's path, its blocks and their options, its inline expressions,
 and the environment (store.environment_fingerprint: the Python version, the device, the seed
 and the format). The entry under it
-holds the outputs and the manifest of what the run actually read (lessonlib.engine.inputs),
+holds the outputs and the manifest of what the run actually read (lessonlib.engine.worker.inputs),
 the installed distributions its code refers to included; a lookup hits only if every recorded
 input is unchanged. The engine's code is not in the key: the worker-side modules a page ran
 with are inputs in its manifest, like any project module, and the build-side ones (plugin,
@@ -25,12 +25,15 @@ import pickle
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import IO
+from typing import TYPE_CHECKING
 
-from lessonlib.engine.blocks import ParsedPage, parse_page
-from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
-from lessonlib.engine.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
+from lessonlib.engine.worker.blocks import ParsedPage, parse_page
+from lessonlib.engine.worker.inputs import Manifest
+from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
+from lessonlib.engine.worker.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
+
+if TYPE_CHECKING:
+    from filelock import FileLock
 
 
 def page_key(page: ParsedPage, environment: str) -> str:
@@ -40,7 +43,7 @@ def page_key(page: ParsedPage, environment: str) -> str:
     return hashlib.sha256(json.dumps([page.path, blocks, inline, environment]).encode()).hexdigest()
 
 
-PARSER = ("blocks", "options", "errors")  # the engine modules a parsed page comes from
+PARSER = ("worker/blocks", "worker/options", "worker/errors")  # the engine modules a parsed page comes from
 
 
 def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:
@@ -122,7 +125,7 @@ class PageCache:
                                     for name, data in sorted(entry.outputs.published.items())}
         write_atomically(self.root / f"{key}.json", json.dumps({"checksum": _checksum(payload), "payload": payload}))
 
-    def lock(self, key: str, wait: bool) -> IO | None:
+    def lock(self, key: str, wait: bool) -> FileLock | None:
         """The page's lock (see file_lock)."""
         return file_lock(self.locks / f"{key}.lock", wait)
 
@@ -152,7 +155,7 @@ def prune(root: Path, limit_mb: float, since: float) -> int:
         lock = (root / "locks" if unit.parent.name == "pages" else unit.parent) / f"{unit.name}.lock"
         if (held := file_lock(lock, wait=False)) is not None:  # nobody is computing it
             lock.unlink(missing_ok=True)
-            held.close()
+            held.release()
     return dropped
 
 

@@ -9,7 +9,7 @@ A claim is a sentence of the prose that compares, generalises or gives a cause (
 quoted phrase is no longer in the prose (the sentence was edited away from its check), and lists
 each claim-like sentence that no check quotes, unless the page marks it `<!-- not a claim -->`
 (a definition, a plan, a question). The page's collapsed "How this page checks its claims" shows
-each quoted sentence above the code that checks it (lessonlib.engine.render).
+each quoted sentence above the code that checks it (lessonlib.engine.build.render).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
-from lessonlib.engine.blocks import Block, ParsedPage
+from lessonlib.engine.worker.blocks import Block, ParsedPage
 
 # Words a careful reviewer stops at: a comparison, a generalisation, a cause, an outcome.
 CLAIM_WORDS = re.compile(

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import matplotlib
 import matplotlib.pyplot as plt
 
-from lessonlib.engine.outputs import DataTable
+from lessonlib.engine.worker.outputs import DataTable
 
 # Fixed ids and no date stamp: the same figure gives the same bytes on every build.
 # Text stays text (smaller files, selectable, searchable by the browser).

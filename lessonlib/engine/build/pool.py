@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
-from lessonlib.engine import lifetime, worker
-from lessonlib.engine.blocks import ParsedPage
 from lessonlib.engine.config import BUILD_PID
-from lessonlib.engine.errors import LessonError, SetupError, WriteError
-from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import BlockOutput, PageOutputs
-from lessonlib.engine.worker import PAGE_ENVIRONMENT, PageJob
+from lessonlib.engine.worker import lifetime
+from lessonlib.engine.worker import process as worker
+from lessonlib.engine.worker.blocks import ParsedPage
+from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
+from lessonlib.engine.worker.inputs import Manifest
+from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
+from lessonlib.engine.worker.process import PAGE_ENVIRONMENT, PageJob
 
 # Imported once, in the process workers fork from: the guard first, then third-party only
 # (the guard takes lessonlib's own modules out of each worker, so that no project code in the

@@ -12,8 +12,8 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lessonlib.engine import options as checks
-from lessonlib.engine.errors import LessonError, SetupError
+from lessonlib.engine.worker import options as checks
+from lessonlib.engine.worker.errors import LessonError, SetupError
 
 FLAGS = {"check", "hide-code", "hide-output", "html", "timing"}
 KEYED = {"alt", "caption", "memo", "timeout"}

@@ -1,7 +1,7 @@
 """execute_pages: the one executor behind the MkDocs plugin, the pytest collector and the CLI.
 
 For each page: parse it, look it up in the cache (its static key, then its recorded inputs),
-run the pages that missed in worker processes (lessonlib.engine.pool), store what they
+run the pages that missed in worker processes (lessonlib.engine.build.pool), store what they
 produced, and render every page back to Markdown. Concurrent builds of one checkout share the
 cache: a page another build is running is waited for, then read from the cache.
 """
@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import TYPE_CHECKING
 
 import lessonlib
 from lessonlib.device import cpus
-from lessonlib.engine.blocks import ParsedPage
-from lessonlib.engine.cache import (
+from lessonlib.engine.build.cache import (
     Entry,
     PageCache,
     file_clock,
@@ -28,15 +27,18 @@ from lessonlib.engine.cache import (
     parsed_page,
     prune,
 )
+from lessonlib.engine.build.render import render
 from lessonlib.engine.config import SEED, Settings
-from lessonlib.engine.errors import LessonError, SetupError, WriteError
-from lessonlib.engine.inputs import Manifest
-from lessonlib.engine.outputs import PageOutputs
-from lessonlib.engine.render import render
-from lessonlib.engine.store import cache_errors, environment_fingerprint
+from lessonlib.engine.worker.blocks import ParsedPage
+from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
+from lessonlib.engine.worker.inputs import Manifest
+from lessonlib.engine.worker.outputs import PageOutputs
+from lessonlib.engine.worker.store import cache_errors, environment_fingerprint
 
 if TYPE_CHECKING:
-    from lessonlib.engine.pool import Outcome, PageJob, Ran, Task
+    from filelock import FileLock
+
+    from lessonlib.engine.build.pool import Outcome, PageJob, Ran, Task
 
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
 
@@ -157,7 +159,7 @@ class _Run:
         finally:
             for lock in locks.values():
                 if lock is not None:
-                    lock.close()
+                    lock.release()
         if self.cache and misses:  # only a page that ran can have stored something
             with self._cache_errors():
                 self._prune()
@@ -196,13 +198,13 @@ class _Run:
         seconds = self.cache.last_seconds(page.path) if self.cache else None
         return (-(seconds if seconds is not None else float("inf")), -sum(len(b.code) for b in page.blocks))
 
-    def _run(self, claimed: list[tuple[int, ParsedPage]], keys: dict, locks: dict[int, IO | None],
+    def _run(self, claimed: list[tuple[int, ParsedPage]], keys: dict, locks: dict[int, FileLock | None],
              results: list, total: int, again: bool = True) -> None:
         """Run the pages; one whose input changed while it ran runs once more (`again`), and
         is stored only from a run during which its inputs held still."""
         if not claimed:  # every page came from the cache
             return
-        from lessonlib.engine.pool import Task  # here: a warm build starts no process
+        from lessonlib.engine.build.pool import Task  # here: a warm build starts no process
 
         tasks = [Task(self._job(page), page, self.settings.timeout) for _, page in claimed]
         index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
@@ -224,17 +226,17 @@ class _Run:
                             + (f" (not cached: {changed} while it ran)" if changed else ""))
                 lock = locks.pop(index, None)
                 if lock is not None:
-                    lock.close()
+                    lock.release()
         if rerun:
             self._run(rerun, keys, locks, results, total=len(rerun), again=False)
 
     def _outcomes(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
         """pool.run_pages, on this machine or on the Dask cluster at `scheduler`."""
         if self.settings.scheduler:
-            from lessonlib.engine import cluster  # here: only a build on a cluster imports Dask
+            from lessonlib.engine.build import cluster  # here: only a build on a cluster imports Dask
 
             return cluster.run_pages(tasks, self.settings.scheduler, self.settings.memory_limit_mb)
-        from lessonlib.engine.pool import run_pages
+        from lessonlib.engine.build.pool import run_pages
 
         return run_pages(tasks, self._workers(len(tasks)), self.settings.memory_limit_mb)
 
@@ -250,7 +252,7 @@ class _Run:
         return result
 
     def _job(self, page: ParsedPage) -> PageJob:
-        from lessonlib.engine.pool import PageJob
+        from lessonlib.engine.build.pool import PageJob
 
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))

@@ -24,7 +24,7 @@ class SetupError(Exception):
 
 
 class WriteError(LessonError):
-    """A page wrote a file under the project outside its scratch folder (lessonlib.engine.inputs
+    """A page wrote a file under the project outside its scratch folder (lessonlib.engine.worker.inputs
     sees it). `file`: relative to the root; `reader`: a page of the same build that reads it."""
 
     def __init__(self, path: str, line: int, file: str, by_process: bool = False, reader: str = "",

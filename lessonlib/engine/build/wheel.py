@@ -1,6 +1,6 @@
 """lessonlib as a wheel, for the notebooks a reader downloads: the site publishes it (with the
 pinned versions, constraints.txt) under downloads/, and each notebook's first cell installs both
-from there (lessonlib.engine.notebook.install_cell).
+from there (lessonlib.engine.build.notebook.install_cell).
 
 Written here from pyproject.toml rather than by a build backend: a pure-Python wheel is a zip
 of the package's files and three metadata files, and building it this way needs nothing
@@ -18,10 +18,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from lessonlib.engine.errors import SetupError
-from lessonlib.engine.store import cache_errors, kept
+from lessonlib.engine.worker.errors import SetupError
+from lessonlib.engine.worker.store import cache_errors, kept
 
-SOURCE = Path(__file__).resolve().parents[2]  # the checkout this lessonlib runs from, with its pyproject.toml
+SOURCE = Path(__file__).resolve().parents[3]  # the checkout this lessonlib runs from, with its pyproject.toml
 DOWNLOADS = "downloads"  # the site's folder for the wheel and the constraints
 CONSTRAINTS = "constraints.txt"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # every entry's time: the same sources give the same wheel

@@ -1,21 +1,24 @@
 """Publish a site whole or not at all: MkDocs writes into a staging folder beside site_dir, and
 only a build that succeeded swaps it in (one atomic rename exchange on Linux). A failed build
 removes its staging folder; a killed one leaves it, and the next build removes it (a staging
-folder is locked by the build writing it, and the kernel drops the lock when that build dies).
+folder's lock file, beside it, is held by the build writing it, and the kernel drops the lock
+when that build dies).
 Readers, and builds side by side, only ever see a whole site.
 """
 from __future__ import annotations
 
 import ctypes
 import errno
-import fcntl
 import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from lessonlib.engine.errors import SetupError
+from lessonlib.engine.worker.errors import SetupError
+from lessonlib.engine.worker.store import file_lock
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
@@ -33,7 +36,7 @@ class Staging:
                 remove_abandoned(self.site_dir)
                 self.path = Path(tempfile.mkdtemp(prefix=_prefix(self.site_dir), dir=parent))
                 self.path.chmod(0o777 & ~_umask())  # the site's folder, readable as MkDocs' own would be
-                self.lock = _lock(self.path, wait=True)
+                self.lock = file_lock(_lock_file(self.path))
         except OSError as e:
             raise SetupError(f"cannot make a folder to build the site in beside {self.site_dir} "
                              f"({e.strerror or e}): site_dir's folder must be writable") from None
@@ -51,7 +54,8 @@ class Staging:
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
-        self.lock.close()
+        _lock_file(self.path).unlink(missing_ok=True)  # no build looks for it once its folder is gone
+        self.lock.release()
 
 
 def _umask() -> int:
@@ -75,54 +79,31 @@ def exchange(staged: Path, site_dir: Path) -> None:
 
 
 def remove_abandoned(site_dir: Path) -> None:
-    """Staging folders of builds that died (nobody holds their lock)."""
-    for folder in site_dir.parent.glob(f"{_prefix(site_dir)}*"):
-        lock = _lock(folder, wait=False)
-        if lock is not None:
+    """Staging folders of builds that died (nobody holds their lock), and their lock files."""
+    for name in {p.name.removesuffix(".lock") for p in site_dir.parent.glob(f"{_prefix(site_dir)}*")}:
+        folder = site_dir.parent / name
+        if (lock := file_lock(_lock_file(folder), wait=False)) is not None:
             shutil.rmtree(folder, ignore_errors=True)
-            lock.close()
+            _lock_file(folder).unlink(missing_ok=True)
+            lock.release()
 
 
 def _prefix(site_dir: Path) -> str:
     return f".{site_dir.name}.building-"
 
 
-def _lock(folder: Path, wait: bool) -> _Handle | None:
-    """A lock on the folder itself, held while the returned handle is open."""
+def _lock_file(folder: Path) -> Path:
+    return folder.with_name(folder.name + ".lock")
+
+
+@contextmanager
+def _turn(site_dir: Path) -> Iterator[None]:
+    """Builds side by side take turns to start and to swap: a lock beside site_dir."""
+    lock = file_lock(site_dir.with_name(f".{site_dir.name}.lock"))
     try:
-        handle = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        os.close(handle)
-        return None
-    return _Handle(handle)
-
-
-class _Handle:
-    def __init__(self, fd: int) -> None:
-        self.fd: int | None = fd
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-
-    def __enter__(self) -> _Handle:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _turn(site_dir: Path) -> _Handle:
-    """Builds side by side take turns to start and to swap: a lock on site_dir's folder."""
-    handle = _lock(site_dir.parent, wait=True)
-    if handle is None:
-        raise OSError(errno.EACCES, "cannot open", str(site_dir.parent))
-    return handle
+        yield
+    finally:
+        lock.release()
 
 
 def _rename_exchange(a: Path, b: Path) -> bool:

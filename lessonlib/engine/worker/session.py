@@ -1,6 +1,6 @@
 """One page = one session: a namespace in which the page's blocks run in order.
 
-Runs inside the page's worker process (lessonlib.engine.worker); the build process, which
+Runs inside the page's worker process (lessonlib.engine.worker.process); the build process, which
 enforces time and memory limits from outside, never imports this module.
 """
 from __future__ import annotations
@@ -19,14 +19,14 @@ import numpy as np
 import torch
 
 from lessonlib.device import flush_subnormals
-from lessonlib.engine import page_files, svg
-from lessonlib.engine.blocks import SOURCE, Block, Inline, ParsedPage
-from lessonlib.engine.capture import Capture, EscapedOutput
 from lessonlib.engine.config import SEED
-from lessonlib.engine.errors import LessonError, SetupError
-from lessonlib.engine.memo import random_state_kept
-from lessonlib.engine.outputs import BlockOutput, Figure
-from lessonlib.engine.shown import NotFound, memoized, source_of
+from lessonlib.engine.worker import page_files, svg
+from lessonlib.engine.worker.blocks import SOURCE, Block, Inline, ParsedPage
+from lessonlib.engine.worker.capture import Capture, EscapedOutput
+from lessonlib.engine.worker.errors import LessonError, SetupError
+from lessonlib.engine.worker.memo import random_state_kept
+from lessonlib.engine.worker.outputs import BlockOutput, Figure
+from lessonlib.engine.worker.shown import NotFound, memoized, source_of
 
 ALT_LIMIT = 150  # characters of a figure's alt text
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE

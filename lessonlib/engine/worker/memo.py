@@ -1,10 +1,10 @@
 """Memoize expensive experiment functions across builds, without ever returning a stale result.
 
 A call is looked up by the function and what it carries (its code, not its line numbers; its
-defaults, closure cells, bound self, partial arguments: lessonlib.engine.fingerprint) and its
+defaults, closure cells, bound self, partial arguments: lessonlib.engine.worker.fingerprint) and its
 arguments; a callable or an argument that cannot be fingerprinted is refused. The stored result
 is used only while everything the call reached is unchanged, as recorded during the run that
-produced it, like a page's inputs (lessonlib.engine.inputs): the project modules whose code ran
+produced it, like a page's inputs (lessonlib.engine.worker.inputs): the project modules whose code ran
 (with the project modules they reference, which covers work sent to worker processes), the
 page's functions it called (by code), the page's globals those read (by value), the files and
 folders it read and the environment variables the project's code read.
@@ -37,16 +37,16 @@ from typing import Any, TypeVar
 import joblib
 import numpy as np
 
-from lessonlib.engine import capture
-from lessonlib.engine.capture import terminal
 from lessonlib.engine.config import SEED, environment_settings
-from lessonlib.engine.fingerprint import (
+from lessonlib.engine.worker import capture
+from lessonlib.engine.worker.capture import terminal
+from lessonlib.engine.worker.fingerprint import (
     Unfingerprintable,
     callable_fingerprint,
     value_fingerprint,
 )
-from lessonlib.engine.inputs import Manifest, Recorder, note
-from lessonlib.engine.store import (
+from lessonlib.engine.worker.inputs import Manifest, Recorder, note
+from lessonlib.engine.worker.store import (
     cache_errors,
     discard,
     environment_fingerprint,
@@ -72,10 +72,10 @@ class MemoStore:
 
 
 # What a key means: the code that makes it and the code that records what a call read.
-_OWN_CODE = source_fingerprint("memo", "fingerprint", "inputs")
+_OWN_CODE = source_fingerprint("worker/memo", "worker/fingerprint", "worker/inputs")
 # The engine runs and watches a call (its tracer, its captured output, linecache's checks of its
 # files when a warning is shown) but computes none of its result: no engine file is an input.
-_ENGINE = Path(__file__).resolve().parent
+_ENGINE = Path(__file__).resolve().parents[1]
 _store: ContextVar[MemoStore | None] = ContextVar("memo_store", default=None)
 _locking: ContextVar[bool] = ContextVar("memo_locking", default=False)  # inside a locked call
 
@@ -111,7 +111,7 @@ def _store_from_environment() -> MemoStore | None:
 
 
 def _package_root() -> Path:
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 @contextlib.contextmanager
@@ -166,7 +166,7 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
         return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
     finally:
         _locking.reset(token)
-        lock.close()
+        lock.release()
 
 
 def callable_name(func: Callable) -> str:

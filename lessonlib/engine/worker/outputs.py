@@ -22,7 +22,7 @@ class DataTable:
 
 @dataclass
 class Source:
-    """A library object's code, as a source block shows it (lessonlib.engine.shown.source_of)."""
+    """A library object's code, as a source block shows it (lessonlib.engine.worker.shown.source_of)."""
 
     code: str  # dedented
     file: str  # relative to the folder its top-level package is in: lessonlib/experiments/gradient_reach.py

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from lessonlib.engine.errors import SetupError
+from lessonlib.engine.worker.errors import SetupError
 
 
 def whole_number(source: str, value: object) -> int:

@@ -1,13 +1,13 @@
 """The worker side: one page, run in a fresh process forked from a template that has torch,
-NumPy and matplotlib imported (lessonlib.engine.pool starts it).
+NumPy and matplotlib imported (lessonlib.engine.build.pool starts it).
 
 It tells the build which block it is starting and what each finished block printed, so that
 whatever ends the process (an exit, a crash, a kill for time or memory) is located at that
 block and the blocks before still show; it records what the page read; and it sends back the
 inline values, the files it published and the manifest of inputs, or a located failure. A
-write under the project fails the page at the line that made it (lessonlib.engine.inputs); the
+write under the project fails the page at the line that made it (lessonlib.engine.worker.inputs); the
 page's scratch folder is made before it runs and removed once its processes have ended
-(lessonlib.engine.page_files). Every process the page started
+(lessonlib.engine.worker.page_files). Every process the page started
 ends with the page: one still running when it ends fails it. The page's stdin is empty, and
 its stdout and stderr (outside what blocks capture) are a pipe the build reads: no process of
 a page holds the build's own. This module imports no torch: the build imports it for the
@@ -28,12 +28,12 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 
 from lessonlib.device import limit_cpus
-from lessonlib.engine import capture, lifetime, page_files
-from lessonlib.engine.blocks import ParsedPage, parse_page
 from lessonlib.engine.config import SEED
-from lessonlib.engine.errors import LessonError, SetupError, WriteError
-from lessonlib.engine.inputs import Recorder
-from lessonlib.engine.outputs import BlockOutput
+from lessonlib.engine.worker import capture, lifetime, page_files
+from lessonlib.engine.worker.blocks import ParsedPage, parse_page
+from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
+from lessonlib.engine.worker.inputs import Recorder
+from lessonlib.engine.worker.outputs import BlockOutput
 
 DUMP_STACK = signal.SIGUSR1  # the build asks for the page's stack before ending it for time or memory
 PAGE_ENVIRONMENT = {"PYTHONHASHSEED": str(SEED)}  # sets and dicts of strings in one order, every build
@@ -147,8 +147,8 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children, 
 
     matplotlib.use("Agg")  # no display at build time
 
-    from lessonlib.engine.memo import MemoStore, memo_store
-    from lessonlib.engine.session import Session
+    from lessonlib.engine.worker.memo import MemoStore, memo_store
+    from lessonlib.engine.worker.session import Session
 
     cache = [Path(job.cache_dir)] if job.cache_dir else []
     roots = [Path(r) for r in job.source_roots]

@@ -3,7 +3,7 @@
 Every executable page runs in ``on_pre_build``. The pages are then rendered from those results;
 what they render the same way every time (highlighted code, MathML, search entries) comes from
 an HtmlMemo. MkDocs writes the site into a staging folder, swapped into site_dir only when the
-whole build succeeded, strict checks included (lessonlib.engine.publish): a failed or killed
+whole build succeeded, strict checks included (lessonlib.engine.build.publish): a failed or killed
 build leaves the previous site as it was, under ``mkdocs serve`` too. Helper modules and data
 files beside the pages are not published unless a page links them. Under ``mkdocs serve``,
 what the pages read (helpers, data files, lessonlib's modules) is watched too, so editing any
@@ -21,20 +21,20 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
 from mkdocs.structure.files import get_files
 
-from lessonlib.engine.blocks import read_page
+from lessonlib.engine.build.docs_files import linked, unpublished
+from lessonlib.engine.build.html_memo import HtmlMemo, MemoHighlightExtension
+from lessonlib.engine.build.mathml import leftover_tex, source_line, to_mathml
+from lessonlib.engine.build.notebook import Install, colab_url, notebook_text, published_exercise
+from lessonlib.engine.build.page import PageResult, execute_page, execute_pages
+from lessonlib.engine.build.publish import Staging
+from lessonlib.engine.build.render import figure_files, fill_html_slots
+from lessonlib.engine.build.search_memo import memoize_search
+from lessonlib.engine.build.stylesheets import shared_stylesheets
+from lessonlib.engine.build.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 from lessonlib.engine.config import LessonConfig, settings_from
-from lessonlib.engine.errors import LessonError, SetupError
-from lessonlib.engine.html_memo import HtmlMemo, MemoHighlightExtension
-from lessonlib.engine.mathml import leftover_tex, source_line, to_mathml
-from lessonlib.engine.notebook import Install, colab_url, notebook_text, published_exercise
-from lessonlib.engine.page import PageResult, execute_page, execute_pages
-from lessonlib.engine.publish import Staging
-from lessonlib.engine.published import linked, unpublished
-from lessonlib.engine.render import figure_files, fill_html_slots
-from lessonlib.engine.search_memo import memoize_search
-from lessonlib.engine.store import cache_errors, write_atomically
-from lessonlib.engine.stylesheets import shared_stylesheets
-from lessonlib.engine.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
+from lessonlib.engine.worker.blocks import read_page
+from lessonlib.engine.worker.errors import LessonError, SetupError
+from lessonlib.engine.worker.store import cache_errors, write_atomically
 
 log = get_plugin_logger(__name__)
 LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set

@@ -27,10 +27,10 @@ from pathlib import Path
 from distributed import Client, as_completed, get_worker
 from distributed.scheduler import KilledWorker
 
-from lessonlib.engine import pool
+from lessonlib.engine.build import pool
+from lessonlib.engine.build.pool import Outcome, Task
 from lessonlib.engine.config import SCHEDULER
-from lessonlib.engine.errors import LessonError, SetupError, WriteError
-from lessonlib.engine.pool import Outcome, Task
+from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
 
 CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
 SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages

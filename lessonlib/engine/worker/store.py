@@ -1,13 +1,12 @@
 """What the build and the pages' workers both use to keep files in the cache: atomic writes,
 locks, versioned files, the fingerprints of the environment and of engine code, and the cache's
-errors in one line. A worker imports this module (through lessonlib.engine.memo), so an edit
-here re-runs every page; the page cache itself (lessonlib.engine.cache) is build-side.
+errors in one line. A worker imports this module (through lessonlib.engine.worker.memo), so an edit
+here re-runs every page; the page cache itself (lessonlib.engine.build.cache) is build-side.
 """
 from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -16,25 +15,26 @@ import shutil
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+
+from filelock import FileLock, Timeout
 
 from lessonlib.engine.config import SEED
-from lessonlib.engine.errors import SetupError
+from lessonlib.engine.worker.errors import SetupError
 
 FORMAT = 5  # bump when the stored layout or the rendering contract changes
-ENGINE = Path(__file__).parent
+ENGINE = Path(__file__).parents[1]
 
 
 def environment_fingerprint(device: str) -> str:
     """What every page depends on besides its own inputs: Python, the machine's kind, the device,
     the seed and the cache's format. Installed versions are inputs of the pages and calls whose
-    code refers to them (lessonlib.engine.inputs), not of every key."""
+    code refers to them (lessonlib.engine.worker.inputs), not of every key."""
     facts = [FORMAT, platform.python_version(), platform.machine(), device, SEED]
     return hashlib.sha256(json.dumps(facts).encode()).hexdigest()
 
 
 def source_fingerprint(*modules: str) -> str:
-    """The code of these engine modules (by name, e.g. "notebook"): the key of what a
+    """The code of these engine modules (by path in the engine, e.g. "build/notebook"): the key of what a
     build-side module keeps between builds, so that editing it renders afresh."""
     h = hashlib.sha256()
     for name in modules:
@@ -105,18 +105,17 @@ def touch(path: Path) -> None:
         os.utime(path)
 
 
-def file_lock(path: Path, wait: bool = True) -> IO | None:
-    """An exclusive lock, held until the returned file is closed; None if another process holds
-    it and `wait` is False. The kernel drops a flock when its process dies, so a killed build
-    leaves no stale lock behind."""
+def file_lock(path: Path, wait: bool = True) -> FileLock | None:
+    """An exclusive lock, held until it is released; None if another process holds it and
+    `wait` is False. A flock, never a marker file: the kernel drops it when its process dies, so
+    a killed build leaves no stale lock behind. The file stays (prune removes unheld ones)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = open(path, "w")  # noqa: SIM115 (the caller closes it)
+    lock = FileLock(path, thread_local=False, fallback_to_soft=False, preserve_lock_file=True)
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-    except BlockingIOError:
-        handle.close()
+        lock.acquire(blocking=wait)
+    except Timeout:
         return None
-    return handle
+    return lock
 
 
 def write_atomically(path: Path, data: str | bytes) -> None:

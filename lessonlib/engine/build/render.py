@@ -7,8 +7,8 @@ import hashlib
 import html
 import re
 
-from lessonlib.engine import claims
-from lessonlib.engine.blocks import (
+from lessonlib.engine.worker import claims
+from lessonlib.engine.worker.blocks import (
     CODE_SPAN,
     SLOT_CLASS,
     SOURCE,
@@ -17,7 +17,7 @@ from lessonlib.engine.blocks import (
     inline_source,
     literal_text,
 )
-from lessonlib.engine.outputs import BlockOutput, DataTable, Figure, Source
+from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, Source
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from pymdownx.highlight import Highlight, HighlightExtension
 
-from lessonlib.engine.store import source_fingerprint, write_atomically
+from lessonlib.engine.worker.store import source_fingerprint, write_atomically
 
 RENDERERS = ("Pygments", "pymdown-extensions", "latex2mathml")
-OWN_CODE = ("html_memo", "mathml", "search_memo")  # the engine modules whose HTML it keeps
+OWN_CODE = ("build/html_memo", "build/mathml", "build/search_memo")  # the engine modules whose HTML it keeps
 
 
 class HtmlMemo:

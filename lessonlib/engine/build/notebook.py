@@ -9,7 +9,7 @@ measured timings, ``check`` for the asserts that back the prose (their source fo
 
 A published notebook (a lesson's, or an exercise, published_exercise) starts with one more
 cell, tagged ``install``: it installs lessonlib from the wheel the site publishes, with the
-pinned versions of what it needs (lessonlib.engine.wheel), so that it runs in any fresh Python
+pinned versions of what it needs (lessonlib.engine.build.wheel), so that it runs in any fresh Python
 environment, away from this repository.
 """
 from __future__ import annotations
@@ -28,19 +28,19 @@ from urllib.parse import urljoin, urlsplit
 
 from nbformat import NotebookNode, from_dict, v4
 
-from lessonlib.engine.blocks import SOURCE, Block, ParsedPage
-from lessonlib.engine.cache import path_name
-from lessonlib.engine.outputs import BlockOutput, PageOutputs
-from lessonlib.engine.render import (
+from lessonlib.engine.build.cache import path_name
+from lessonlib.engine.build.render import (
     DATA_TITLE,
     markdown_table,
     render_line,
     source_markdown,
 )
-from lessonlib.engine.store import cache_errors, kept, source_fingerprint
-from lessonlib.engine.wheel import CONSTRAINTS
+from lessonlib.engine.build.wheel import CONSTRAINTS
+from lessonlib.engine.worker.blocks import SOURCE, Block, ParsedPage
+from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
+from lessonlib.engine.worker.store import cache_errors, kept, source_fingerprint
 
-OWN_CODE = ("notebook", "render", "blocks")  # the engine modules a notebook's text comes from
+OWN_CODE = ("build/notebook", "build/render", "worker/blocks")  # the engine modules a notebook's text comes from
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
 # and the house figure style.

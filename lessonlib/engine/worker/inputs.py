@@ -63,7 +63,7 @@ _EDITOR_FILE = re.compile(r"\..*\.sw[a-p]|.*~|#.*#|\.#.*")
 
 # Engine modules a page's process imports that are keyed otherwise: the config's seed is in
 # every key (the environment fingerprint), and the rest of it configures the build, not a result.
-_KEYED_ELSEWHERE = {str(Path(__file__).resolve().with_name("config.py"))}
+_KEYED_ELSEWHERE = {str(Path(__file__).resolve().parents[1] / "config.py")}
 
 
 def never_an_input(name: str) -> bool:

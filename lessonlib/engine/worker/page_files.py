@@ -1,6 +1,6 @@
 """What a page may write besides its output: its scratch folder, and the files it publishes.
 
-A page writes nothing under the project (lessonlib.engine.inputs refuses it): another page could
+A page writes nothing under the project (lessonlib.engine.worker.inputs refuses it): another page could
 read the file, and its cached result would then depend on a run it cannot see.
 
 - ``scratch()``: a folder private to the page's run, for the files its code makes for itself (a
@@ -23,7 +23,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from lessonlib.engine.errors import LessonError
+from lessonlib.engine.worker.errors import LessonError
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 _BUILD_WRITES = (".html", ".htm", ".md", ".ipynb")  # the page itself and its notebook

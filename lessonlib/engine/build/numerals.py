@@ -15,7 +15,7 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
-from lessonlib.engine.blocks import parse_page
+from lessonlib.engine.worker.blocks import parse_page
 
 # The same block structure the engine sees (fences nested in admonitions found), plus the
 # tables and $...$ math of the site's Markdown.

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from lessonlib.engine.blocks import parse_page
-from lessonlib.engine.claims import binding
+from lessonlib.engine.build.numerals import hand_typed_numerals
+from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import load_settings
-from lessonlib.engine.errors import LessonError, SetupError
-from lessonlib.engine.numerals import hand_typed_numerals
-from lessonlib.engine.page import execute_page
+from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.claims import binding
+from lessonlib.engine.worker.errors import LessonError, SetupError
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):

@@ -12,7 +12,7 @@ thread's origin, not the timing, so the block named is always the right one. Wha
 a thread or a process that an earlier block started and that writes to descriptor 1 or 2
 directly during a later block lands in that block (a descriptor carries no origin); between
 blocks such output goes to the build's terminal, as a process that outlives the page is ended
-with it (lessonlib.engine.worker).
+with it (lessonlib.engine.worker.process).
 
 lessonlib's own terminal lines (progress bars, "computed in N s") go to `terminal()`: in a worker
 a descriptor of its own, never a page. Nothing here imports torch.

@@ -18,8 +18,8 @@ import textwrap
 import types
 from collections.abc import Iterator
 
-from lessonlib.engine.memo import memo
-from lessonlib.engine.outputs import Source
+from lessonlib.engine.worker.memo import memo
+from lessonlib.engine.worker.outputs import Source
 
 
 class NotFound(Exception):
