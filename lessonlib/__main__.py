@@ -13,7 +13,7 @@ import nbformat
 from lessonlib.engine.build.notebook import to_notebook
 from lessonlib.engine.build.numerals import hand_typed_numerals
 from lessonlib.engine.build.page import PageResult, execute_pages
-from lessonlib.engine.config import Settings, environment_settings, load_settings
+from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.blocks import ParsedPage, parse_page, read_page
 from lessonlib.engine.worker.claims import binding
 from lessonlib.engine.worker.errors import LessonError, SetupError
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config) if args.config.is_file() else environment_settings()
+    return load_settings(args.config) if args.config.is_file() else Settings().with_build_environment()
 
 
 def _cache(args: argparse.Namespace) -> int:

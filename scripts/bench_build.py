@@ -52,7 +52,8 @@ RAN = re.compile(r"lessonlib: (?:\[\d+/\d+\] )?(\S+): ran (\d+) blocks in ([\d.]
 
 
 # mkdocs with lessonlib's search memo (lessonlib/engine/build/search_memo.py) switched off
-WITHOUT_SEARCH_MEMO = ("import sys; from lessonlib.engine import plugin; plugin.memoize_search = lambda *a: None; "
+WITHOUT_SEARCH_MEMO = ("import sys; from lessonlib.engine.build import plugin; "
+                       "plugin.memoize_search = lambda *a: None; "
                        "from mkdocs.__main__ import cli; sys.argv[0] = 'mkdocs'; cli()")
 
 

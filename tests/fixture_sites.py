@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
-from lessonlib.engine.config import CACHE_DIR, EXECUTE, REFRESH, WORKERS
+from lessonlib.engine.config import CACHE_DIR, EXECUTE, REFRESH, SCHEDULER, WORKERS
 
 MKDOCS_YML = """\
 site_name: Fixture
@@ -54,7 +54,7 @@ def make_site(tmp_path: Path, pages: dict[str, str]) -> Path:
 
 # The build's own switches: a test sets those it means, never inherits them (a global cache
 # folder would let one fixture build read another's results).
-SWITCHES = (CACHE_DIR, WORKERS, REFRESH, EXECUTE)
+SWITCHES = (CACHE_DIR, WORKERS, REFRESH, EXECUTE, SCHEDULER)
 
 
 def environment(**variables: str) -> dict[str, str]:

@@ -32,7 +32,11 @@ WORKERS = "LESSONLIB_WORKERS"  # overrides the workers option
 DEVICE = "LESSONLIB_DEVICE"  # the torch device pages run on: cpu (the default), cuda, cuda:1
 PERTURB = "LESSONLIB_PERTURB"  # scripts/robustness: stand-ins for another machine (scripts/perturb)
 BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which ends when the build does
-VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID)
+SCHEDULER = "LESSONLIB_SCHEDULER"  # overrides the scheduler option: run pages on that Dask cluster
+VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID, SCHEDULER)
+# Read by the build only, never in a page's process (which reads its settings for lessonlib.device()):
+# it would record them as inputs, and a cluster build would run again what a local build cached.
+BUILD_ONLY = (SCHEDULER,)
 
 
 def user_cache_dir() -> Path:
@@ -57,6 +61,7 @@ class Settings:
     publish_limit_mb: float = 10  # per page: the files it publishes beside itself (lessonlib.publish)
     device: str = "cpu"  # the torch device pages run on (LESSONLIB_DEVICE): cpu, cuda, cuda:1
     perturb: tuple[str, ...] = ()  # scripts/robustness only (LESSONLIB_PERTURB): subnormals, threads=N
+    scheduler: str | None = None  # a Dask scheduler (tcp://host:8786) to run pages on; None: this machine's cores
 
     def __post_init__(self) -> None:
         """Raises SetupError, naming the option, for a value out of range."""
@@ -78,7 +83,7 @@ class Settings:
 
     def with_environment(self) -> Settings:
         """Apply the LESSONLIB_* variables (a bad value is a SetupError naming the variable)."""
-        env = {name: os.environ.get(name, "") for name in VARIABLES}
+        env = {name: os.environ.get(name, "") for name in VARIABLES if name not in BUILD_ONLY}
         switches = {name: options.switch(name, env[name]) for name in (EXECUTE, REFRESH) if env[name]}
         return replace(
             self,
@@ -89,6 +94,10 @@ class Settings:
             device=env[DEVICE].strip() or self.device,
             perturb=tuple(p.strip() for p in env[PERTURB].split(",") if p.strip()) or self.perturb,
         )
+
+    def with_build_environment(self) -> Settings:
+        """with_environment, and the variables only a build reads (BUILD_ONLY): for the doors."""
+        return replace(self.with_environment(), scheduler=os.environ.get(SCHEDULER, "").strip() or self.scheduler)
 
 
 def environment_settings() -> Settings:
@@ -128,6 +137,10 @@ def _lesson_config() -> type:
         publish_limit_mb = c.Type((int, float), default=10)
         """What one page may publish beside itself with lessonlib.publish (model weights ...),
         its files together; they are kept in its cache entry too."""
+        scheduler = c.Optional(c.Type(str))
+        """A Dask scheduler's address (tcp://host:8786): pages run on its workers, which see
+        the project and the cache folder at the same paths; unset: on this machine
+        (LESSONLIB_SCHEDULER overrides it)."""
 
     return LessonConfig
 
@@ -146,10 +159,10 @@ def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settin
         settings = Settings(root=root, timeout=config.timeout, cache_dir=cache_dir,
                             workers=config.workers, memory_limit_mb=config.memory_limit_mb,
                             output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb,
-                            publish_limit_mb=config.publish_limit_mb)
+                            publish_limit_mb=config.publish_limit_mb, scheduler=config.scheduler)
     except SetupError as e:
         raise SetupError(f"{config_name}, lessonlib option {e}") from None
-    return settings.with_environment()
+    return settings.with_build_environment()
 
 
 def load_settings(config_file: Path) -> Settings:

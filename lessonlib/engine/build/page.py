@@ -11,7 +11,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -38,7 +38,7 @@ from lessonlib.engine.worker.store import cache_errors, environment_fingerprint
 if TYPE_CHECKING:
     from filelock import FileLock
 
-    from lessonlib.engine.build.pool import PageJob, Ran, Task
+    from lessonlib.engine.build.pool import Outcome, PageJob, Ran, Task
 
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
 
@@ -163,7 +163,8 @@ class _Run:
         if self.cache and misses:  # only a page that ran can have stored something
             with self._cache_errors():
                 self._prune()
-        self.report(_summary([results[i] for i, _ in todo], time.perf_counter() - started, self._workers(len(misses))))
+        workers = 0 if self.settings.scheduler else self._workers(len(misses))  # a cluster's are not this machine's
+        self.report(_summary([results[i] for i, _ in todo], time.perf_counter() - started, workers))
 
     def _lookup(self, page: ParsedPage, key: str, now: dict | None = None) -> PageResult | None:
         """A result from the cache if every recorded input is unchanged (`now`: see Manifest.changed)."""
@@ -203,16 +204,12 @@ class _Run:
         is stored only from a run during which its inputs held still."""
         if not claimed:  # every page came from the cache
             return
-        from lessonlib.engine.build.pool import (  # here: a warm build starts no process
-            Task,
-            run_pages,
-        )
+        from lessonlib.engine.build.pool import Task  # here: a warm build starts no process
 
         tasks = [Task(self._job(page), page, self.settings.timeout) for _, page in claimed]
         index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
-        workers = self._workers(len(tasks))
         rerun = []
-        with contextlib.closing(run_pages(tasks, workers, self.settings.memory_limit_mb)) as outcomes:
+        with contextlib.closing(self._outcomes(tasks)) as outcomes:
             for done, (task, outcome) in enumerate(outcomes, start=1):
                 index = index_of[id(task)]
                 if isinstance(outcome, SetupError):
@@ -232,6 +229,16 @@ class _Run:
                     lock.release()
         if rerun:
             self._run(rerun, keys, locks, results, total=len(rerun), again=False)
+
+    def _outcomes(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
+        """pool.run_pages, on this machine or on the Dask cluster at `scheduler`."""
+        if self.settings.scheduler:
+            from lessonlib.engine.build import cluster  # here: only a build on a cluster imports Dask
+
+            return cluster.run_pages(tasks, self.settings.scheduler, self.settings.memory_limit_mb)
+        from lessonlib.engine.build.pool import run_pages
+
+        return run_pages(tasks, self._workers(len(tasks)), self.settings.memory_limit_mb)
 
     def _outcome(self, task: Task, outcome: Ran | LessonError, key: str, store: bool) -> PageResult | LessonError:
         if isinstance(outcome, LessonError):

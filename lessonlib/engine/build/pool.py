@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import re
 import signal
 import sys
+import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -76,14 +78,16 @@ class _Running:
     gone: bool = False  # its end of the pipe closed: it has exited
 
 
-def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
+def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None,
+              stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[Task, Outcome]]:
     """Run each task's page in its own process, at most `workers` at once, in the given order;
-    yield each task with its result as it finishes."""
+    yield each task with its result as it finishes. `stop`, asked at each poll: when it says
+    True, end the pages running and return (a Dask worker whose build went away)."""
     context = _context()
     queue = list(tasks)
     running: list[_Running] = []
     try:
-        while queue or running:
+        while (queue or running) and not stop():
             while queue and len(running) < workers:
                 running.append(_start(context, queue.pop(0)))
             ready = wait([r.conn for r in running if not r.gone] + [r.output for r in running if not r.output.closed],
@@ -111,12 +115,19 @@ def _context() -> multiprocessing.context.BaseContext:
     return _template
 
 
+def start_template() -> None:
+    """Start the template now, from this thread: it ends when this thread does (guard)."""
+    with _process_globals():
+        _context()
+        multiprocessing.forkserver.ensure_running()
+
+
 def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running:
     receive, send = context.Pipe(duplex=False)
     output, output_end = context.Pipe(duplex=False)
     Path(task.job.stack_file).write_text("")
     process = context.Process(target=worker.main, args=(send, output_end, task.job), name=f"lessonlib {task.job.path}")
-    with _no_main_module(), _template_environment():
+    with _process_globals():
         process.start()
     send.close()
     output_end.close()
@@ -124,6 +135,17 @@ def _start(context: multiprocessing.context.BaseContext, task: Task) -> _Running
     r = _Running(task, process, receive, output, time.monotonic())
     _enter(r, None, start=True)
     return r
+
+
+_starting = threading.Lock()
+
+
+@contextmanager
+def _process_globals() -> Iterator[None]:
+    """What a worker starts with: swapped in for the start alone, one thread at a time (a Dask worker
+    may run pages in several threads; two interleaved swaps would leave the swapped values behind)."""
+    with _starting, _no_main_module(), _template_environment():
+        yield
 
 
 @contextmanager

@@ -1,0 +1,153 @@
+"""Pages on a Dask cluster (the `scheduler` option, or LESSONLIB_SCHEDULER) instead of this machine's cores.
+
+Each page is one Dask task: on a worker, `run_page` runs it with pool.run_pages, in a fresh process
+of its own with its time and memory limits and its process tree ended, as a local build does; the
+outcome comes back to the build, which caches and publishes it. Workers must be non-daemonic
+(distributed.worker.daemon: False: a daemonic process cannot start one) and see the project and
+the cache folder at the build's paths. A worker lost mid-page: the scheduler runs the page
+elsewhere while distributed.scheduler.allowed-failures allows, then the page fails naming the worker.
+
+Build side: the build imports it only with a scheduler set; no page's process imports it.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copyreg
+import functools
+import multiprocessing
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+from distributed import Client, as_completed, get_worker
+from distributed.scheduler import KilledWorker
+
+from lessonlib.engine.build import pool
+from lessonlib.engine.build.pool import Outcome, Task
+from lessonlib.engine.config import SCHEDULER
+from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
+
+CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
+SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages
+
+# Outcomes come back pickled, and an exception pickles as its message alone. Registered here rather
+# than as __reduce__ in errors.py: errors is in every page's manifest, so an edit there runs every page again.
+copyreg.pickle(LessonError, lambda e: (LessonError, (e.path, e.line, e.message, e.detail, e.outputs_before)))
+copyreg.pickle(WriteError, lambda e: (WriteError, (e.path, e.line, e.file, e.by_process, e.reader, e.outputs_before)))
+
+
+def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
+    """pool.run_pages on the cluster at `scheduler`: each task's page is a Dask task, submitted in
+    the given order (first, first run); yield each task with its result as it finishes. Closed
+    early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them."""
+    client = _connect(scheduler)
+    build, futures = uuid.uuid4().hex[:12], {}
+    try:
+        futures = {client.submit(run_page, task, memory_limit_mb, key=f"lessonlib-{build}-{task.job.path}",
+                                 priority=len(tasks) - i, pure=False): task for i, task in enumerate(tasks)}
+        for future in as_completed(futures, loop=client.loop):
+            yield futures[future], _outcome(future, futures[future], scheduler)
+    finally:
+        running = [f for f in futures if not f.done()]
+        if running:
+            client.cancel(running)
+            with contextlib.suppress(OSError, TimeoutError):  # the scheduler is gone: so are its workers' tasks
+                client.run(_settled, [f.key for f in running], SETTLE_SECONDS, on_error="ignore")
+        client.close()
+
+
+def _connect(scheduler: str) -> Client:
+    try:
+        return Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise SetupError(f"{SCHEDULER} or the scheduler option: cannot reach the Dask scheduler {scheduler} "
+                         f"within {CONNECT_SECONDS} s ({_one_line(e)})") from None
+
+
+def _outcome(future, task: Task, scheduler: str) -> Outcome:
+    """The page's outcome; a page whose workers were all lost fails at its first block."""
+    try:
+        return future.result()
+    except KilledWorker as e:
+        line = task.page.blocks[0].start + 1 if task.page.blocks else 1
+        return LessonError(task.job.path, line, f"the Dask worker {e.last_worker.address} was lost while running this "
+                           "page (it runs again on another worker as many times as distributed.scheduler."
+                           f"allowed-failures allows: {e.allowed_failures})")
+    except Exception as e:  # the cluster's fault, not the page's: no page ran code that raised it
+        raise SetupError(f"the Dask cluster at {scheduler} could not run {task.job.path}: {_one_line(e)}") from None
+
+
+def _one_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {' '.join(str(e).split())}"
+
+
+# --- on a Dask worker ------------------------------------------------------------------------------
+
+def run_page(task: Task, memory_limit_mb: float | None) -> Outcome | None:
+    """Run one page as a local build does, in a process of its own; None if the build stopped wanting it."""
+    worker = get_worker()
+    problem = _unfit(worker.address, task)
+    if problem:
+        return SetupError(problem)
+    _keep_template()
+    key = worker.get_current_task()
+    with tempfile.TemporaryDirectory(prefix="lessonlib-stack-") as folder:  # the build's folder is on its host
+        job = replace(task.job, stack_file=str(Path(folder, "page.stack")))
+        stop = functools.partial(_unwanted, worker, key)
+        with contextlib.closing(pool.run_pages([replace(task, job=job)], 1, memory_limit_mb, stop)) as outcomes:
+            return next((outcome for _, outcome in outcomes), None)
+
+
+def _unfit(address: str, task: Task) -> str | None:
+    """Why this worker cannot run the page, in one line, or None."""
+    if multiprocessing.current_process().daemon:
+        return (f"the Dask worker {address} is a daemonic process, which cannot start a page's process: "
+                "start the workers with distributed.worker.daemon: False (DASK_DISTRIBUTED__WORKER__DAEMON=False)")
+    job = task.job
+    for path in [job.folder, *([Path(job.cache_dir)] if job.cache_dir else [])]:  # the page's working directory
+        if not path.exists():
+            return (f"the Dask worker {address} cannot see {path}: workers must see the project and the "
+                    "cache folder at the build's paths (a shared filesystem)")
+    return None
+
+
+def _unwanted(worker, key: str) -> bool:
+    """The scheduler let go of the page: the build cancelled it, stopped, or died."""
+    task = worker.state.tasks.get(key)
+    return task is None or task.state == "cancelled"
+
+
+_keeper: threading.Thread | None = None
+_keeper_lock = threading.Lock()
+
+
+def _keep_template() -> None:
+    """Start the pages' template from a thread that lasts as long as this worker: the template
+    ends when the thread that started it does, and Dask's task threads may come and go."""
+    global _keeper
+    with _keeper_lock:
+        if _keeper is None:
+            started = threading.Event()
+            _keeper = threading.Thread(target=_keep, args=(started,), name="lessonlib template", daemon=True)
+            _keeper.start()
+            started.wait()
+
+
+def _keep(started: threading.Event) -> None:
+    try:
+        pool.start_template()
+    finally:
+        started.set()
+    threading.Event().wait()  # for as long as the worker lives
+
+
+async def _settled(keys: list[str], seconds: float, dask_worker) -> None:
+    """Wait until this worker has ended its cancelled pages (client.run runs it on every worker)."""
+    deadline = time.monotonic() + seconds
+    while any(key in dask_worker.state.tasks for key in keys) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)

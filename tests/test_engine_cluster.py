@@ -1,0 +1,163 @@
+"""Pages on a Dask cluster (LESSONLIB_SCHEDULER): the same site as a local build, the same
+failures at the same lines, and no page's process left when the build stops or a worker is lost.
+
+One real LocalCluster serves the module: two worker processes, non-daemonic (a daemonic one
+cannot start a page's process), and a page whose worker is lost runs once more, then fails.
+"""
+from __future__ import annotations
+
+import filecmp
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import dask
+import psutil
+import pytest
+from distributed import Client, LocalCluster
+from fixture_sites import GOOD, LESSONLIB, environment, make_site
+from site_support import gone, kill_quietly, until
+from test_engine_doors import DATED, _differences
+from test_engine_faults import FAULTS
+
+from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.config import SCHEDULER, Settings
+from lessonlib.engine.worker.errors import LessonError, SetupError
+
+CLUSTER_CONFIG = {"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 1}
+BOUND_S = 120  # stops a test that would otherwise hang; never a measure of speed
+
+
+@pytest.fixture(scope="module")
+def client():
+    with (dask.config.set(CLUSTER_CONFIG),
+          LocalCluster(n_workers=2, processes=True, threads_per_worker=1, dashboard_address=":0") as cluster,
+          Client(cluster) as client):
+        yield client
+
+
+@pytest.fixture
+def scheduler(client) -> str:
+    """The cluster's address, once both workers are up (a test may have killed one)."""
+    client.wait_for_workers(2, timeout=BOUND_S)
+    return client.scheduler.address
+
+
+def test_a_site_built_on_the_cluster_is_byte_identical_to_a_local_one_and_shares_its_cache(tmp_path, build, scheduler):
+    # second.md reads the engine's settings (lessonlib.device()): where pages run must not be one of its inputs
+    second = "# Two\n\n```python exec\nimport lessonlib\nprint(lessonlib.device(), sum(range(10)))\n```\n"
+    pages = {"index.md": "# Home\n", "good.md": GOOD, "second.md": second}
+    here, there = make_site(tmp_path / "here", pages), make_site(tmp_path / "there", pages)
+    assert build(here).returncode == 0
+    on_cluster = build(there, **{SCHEDULER: scheduler})
+    assert on_cluster.returncode == 0, on_cluster.stdout + on_cluster.stderr
+    differing = set(_differences(filecmp.dircmp(here / "site", there / "site")))
+    assert differing <= DATED, differing - DATED
+    again_here = build(there).stderr
+    assert "docs/good.md: from cache" in again_here and "docs/second.md: from cache" in again_here, again_here
+
+
+@pytest.mark.parametrize("fault", ["os._exit(3)", "swallowed timeout"])
+def test_a_failing_page_names_the_line_a_local_build_names(tmp_path, scheduler, fault):
+    (tmp_path / "docs").mkdir()
+    errors = []
+    for where in (None, scheduler):
+        with pytest.raises(LessonError) as info:
+            execute_page(FAULTS[fault][0], "docs/fault.md", Settings(root=tmp_path, scheduler=where))
+        errors.append(str(info.value))
+    assert errors[1] == errors[0] and errors[0].startswith(f"docs/fault.md:{FAULTS[fault][1]}: ")
+
+
+def _pid_page(pids: Path, go: Path) -> str:
+    """A page that appends its process's pid to `pids`, then waits until `go` exists (its time
+    limit far past the tests' bound: only what the test does may end it)."""
+    return (f"```python exec timeout=3600\nimport os, time\nwith open({str(pids)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+            f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('page done')\n```\n")
+
+
+def _pids(file: Path) -> list[int]:
+    return [int(p) for p in file.read_text().split()] if file.exists() and file.read_text().endswith("\n") else []
+
+
+def _cli(site: Path, scheduler: str) -> subprocess.Popen:
+    return subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, env=environment(**{SCHEDULER: scheduler}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _nothing_processing(client: Client) -> bool:
+    return not any(keys for keys in client.processing().values())
+
+
+# SIGTERM ends the build at once (the scheduler sees its client go); SIGINT makes it cancel its futures
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stopped_build_leaves_no_page_running_on_the_cluster(tmp_path, client, scheduler, stop):
+    pids = tmp_path / "pids"
+    site = make_site(tmp_path / "site", {"held.md": _pid_page(pids, tmp_path / "never")})
+    build = _cli(site, scheduler)
+    try:
+        until(lambda: _pids(pids), "the page to run on a worker", BOUND_S)
+        build.send_signal(stop)
+        build.communicate(timeout=BOUND_S)
+        (page,) = _pids(pids)
+        until(lambda: gone(page), "the page's process to end with its build", BOUND_S)
+        until(lambda: _nothing_processing(client), "the cluster to let go of the page", BOUND_S)
+    finally:
+        kill_quietly([build.pid, *_pids(pids)])
+
+
+def _kill_its_worker(client: Client, page: int) -> str:
+    """SIGKILL the Dask worker process the page's process runs under; its address."""
+    workers = {pid: address for address, pid in client.run(os.getpid, on_error="ignore").items()}  # one may be restarting
+    (worker,) = [p.pid for p in psutil.Process(page).parents() if p.pid in workers]
+    os.kill(worker, signal.SIGKILL)
+    return workers[worker]
+
+
+def test_a_page_whose_worker_is_lost_runs_once_more_elsewhere(tmp_path, client, scheduler):
+    pids, go = tmp_path / "pids", tmp_path / "go"
+    site = make_site(tmp_path / "site", {"held.md": _pid_page(pids, go)})
+    build = _cli(site, scheduler)
+    try:
+        until(lambda: _pids(pids), "the page to run on a worker", BOUND_S)
+        _kill_its_worker(client, _pids(pids)[0])
+        until(lambda: len(_pids(pids)) == 2, "the page to run again on another worker", BOUND_S)
+        until(lambda: gone(_pids(pids)[0]), "the lost worker's page to end with it", BOUND_S)
+        go.write_text("")
+        out, err = build.communicate(timeout=BOUND_S)
+        assert build.returncode == 0 and "page done" in out, err
+    finally:
+        kill_quietly([build.pid, *_pids(pids)])
+
+
+def test_a_page_whose_worker_is_lost_twice_fails_naming_the_worker(tmp_path, client, scheduler):
+    pids = tmp_path / "pids"
+    site = make_site(tmp_path / "site", {"held.md": _pid_page(pids, tmp_path / "never")})
+    build = _cli(site, scheduler)
+    try:
+        until(lambda: _pids(pids), "the page to run on a worker", BOUND_S)
+        _kill_its_worker(client, _pids(pids)[0])
+        until(lambda: len(_pids(pids)) == 2, "the page to run again on another worker", BOUND_S)
+        lost = _kill_its_worker(client, _pids(pids)[1])
+        _, err = build.communicate(timeout=BOUND_S)
+        assert build.returncode == 1
+        assert err.splitlines()[-1].startswith(f"docs/held.md:1: the Dask worker {lost} was lost while running"), err
+        until(lambda: all(map(gone, _pids(pids))), "the lost workers' pages to end with them", BOUND_S)
+    finally:
+        kill_quietly([build.pid, *_pids(pids)])
+
+
+def test_an_unreachable_scheduler_is_one_line(tmp_path):
+    (tmp_path / "docs").mkdir()
+    with pytest.raises(SetupError) as info:
+        execute_page(GOOD, "docs/good.md", Settings(root=tmp_path, scheduler="tcp://127.0.0.1:9"))
+    assert "tcp://127.0.0.1:9" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_daemonic_worker_is_one_line_naming_the_setting(tmp_path):
+    (tmp_path / "docs").mkdir()
+    with (dask.config.set({"distributed.worker.daemon": True}),
+          LocalCluster(n_workers=1, processes=True, threads_per_worker=1, dashboard_address=":0") as daemonic):
+        with pytest.raises(SetupError) as info:
+            execute_page(GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=daemonic.scheduler_address))
+    assert "distributed.worker.daemon: False" in str(info.value) and "\n" not in str(info.value)
