@@ -21,8 +21,11 @@ from site_support import gone, kill_quietly, until
 from test_engine_doors import DATED, _differences
 from test_engine_faults import FAULTS
 
+from lessonlib.engine.build import cluster
 from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.build.pool import PageJob, Task
 from lessonlib.engine.config import SCHEDULER, Settings
+from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CLUSTER_CONFIG = {"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 1}
@@ -161,3 +164,13 @@ def test_a_daemonic_worker_is_one_line_naming_the_setting(tmp_path):
         with pytest.raises(SetupError) as info:
             execute_page(GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=daemonic.scheduler_address))
     assert "distributed.worker.daemon: False" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_worker_that_cannot_see_the_project_is_one_line(tmp_path):
+    """Checked on the worker before the page starts; here as on a machine without the shared folder."""
+    job = PageJob(path="docs/p.md", text="", root=str(tmp_path / "elsewhere"), source_roots=(), cache_dir=None,
+                  refresh=False, output_limit=1024, stack_file="", environment="", cores=1, variables=())
+    problem = cluster._unfit("tcp://10.0.0.2:4000", Task(job, parse_page("", "docs/p.md"), timeout=1))
+    assert problem and f"cannot see {tmp_path / 'elsewhere' / 'docs'}" in problem and "\n" not in problem
+    (tmp_path / "elsewhere" / "docs").mkdir(parents=True)
+    assert cluster._unfit("tcp://10.0.0.2:4000", Task(job, parse_page("", "docs/p.md"), timeout=1)) is None

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copyreg
 import functools
 import multiprocessing
 import tempfile
@@ -30,16 +29,10 @@ from distributed.scheduler import KilledWorker
 from lessonlib.engine.build import pool
 from lessonlib.engine.build.pool import Outcome, Task
 from lessonlib.engine.config import SCHEDULER
-from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
+from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
 SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages
-
-# Outcomes come back pickled, and an exception pickles as its message alone. Registered here rather
-# than as __reduce__ in errors.py: errors is in every page's manifest, so an edit there runs every page again.
-copyreg.pickle(LessonError, lambda e: (LessonError, (e.path, e.line, e.message, e.detail, e.outputs_before)))
-copyreg.pickle(WriteError, lambda e: (WriteError, (e.path, e.line, e.file, e.by_process, e.reader, e.outputs_before)))
-
 
 def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
     """pool.run_pages on the cluster at `scheduler`: each task's page is a Dask task, submitted in

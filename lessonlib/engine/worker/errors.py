@@ -13,6 +13,9 @@ class LessonError(Exception):
         self.outputs_before = list(outputs_before or [])
         super().__init__(str(self))
 
+    def __reduce__(self) -> tuple:  # pickled whole (a page's outcome from a Dask worker), not as its message
+        return LessonError, (self.path, self.line, self.message, self.detail, self.outputs_before)
+
     def __str__(self) -> str:
         head = f"{self.path}:{self.line}: {self.message}"
         return f"{head}\n{self.detail.rstrip()}" if self.detail else head
@@ -35,6 +38,9 @@ class WriteError(LessonError):
         message = (f"{who} {file}, {what}: pages are independent, so a page writes only into its scratch "
                    "folder (lessonlib.scratch()) or publishes beside its page (lessonlib.publish(name, data))")
         super().__init__(path, line, message, "", outputs_before)
+
+    def __reduce__(self) -> tuple:
+        return WriteError, (self.path, self.line, self.file, self.by_process, self.reader, self.outputs_before)
 
     def read_by(self, reader: str) -> WriteError:
         return WriteError(self.path, self.line, self.file, self.by_process, reader, self.outputs_before)
