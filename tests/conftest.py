@@ -1,24 +1,22 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import http.server
 import itertools
 import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import fixture_sites
 import psutil
 import pytest
+import reused_passes
 import torch
 
 from lessonlib.engine.worker import lifetime
-from lessonlib.engine.worker.store import write_atomically
 
 # Every device test runs on CPU, and on CUDA where there is one; without one it is
 # skipped with a reason, never silently dropped.
@@ -50,57 +48,6 @@ def exercise_memo(monkeypatch) -> Path:
     cache = load_settings(ROOT / "mkdocs.yml").cache_dir
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(cache))
     return cache / "memo"
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """A test's recorded pass on given inputs (verdict_on)."""
-
-    file: Path
-    known: bool  # it passed on these very inputs
-
-    def record(self) -> None:
-        for other in self.file.parent.glob("*"):  # one pass per test: the latest inputs'
-            other.unlink(missing_ok=True)
-        write_atomically(self.file, b"passed\n")
-
-
-@pytest.fixture
-def verdict_on(request) -> Callable[..., Verdict]:
-    """`verdict_on(*inputs)`: whether this test passed on the same inputs (bytes that hold all it
-    reads, besides its own file, which is added), from the suite's cache. A test that can only
-    give the same verdict on the same inputs returns early when it is known, and records its
-    pass; a warm suite then reuses it, as a page reuses its memoized results. Any change to an
-    input runs it again, and LESSONLIB_REFRESH=1 runs it regardless."""
-    from lessonlib.engine.config import environment_settings, load_settings
-
-    def make(*inputs: bytes) -> Verdict:
-        settings = load_settings(ROOT / "mkdocs.yml")
-        return find_verdict(settings.cache_dir, request.node.nodeid, [*inputs, request.path.read_bytes()],
-                            refresh=environment_settings().refresh)
-
-    return make
-
-
-@functools.cache
-def code_and_environment() -> bytes:
-    """What a kernel started by a test may import: lessonlib's files, every installed
-    distribution's version, and Python's (for verdict_on)."""
-    from importlib.metadata import distributions
-
-    digest = hashlib.sha256(sys.version.encode())
-    for file in sorted((ROOT / "lessonlib").rglob("*.py")):
-        digest.update(file.relative_to(ROOT).as_posix().encode() + b"\0" + file.read_bytes())
-    installed = sorted(f"{d.metadata['Name']}=={d.version}" for d in distributions())
-    return digest.hexdigest().encode() + "\n".join(installed).encode()
-
-
-def find_verdict(cache_dir: Path, test: str, inputs: list[bytes], refresh: bool) -> Verdict:
-    digest = hashlib.sha256()
-    for part in inputs:
-        digest.update(hashlib.sha256(part).digest())
-    file = cache_dir / "verdicts" / hashlib.sha256(test.encode()).hexdigest()[:32] / digest.hexdigest()[:32]
-    return Verdict(file, file.exists() and not refresh)
 
 
 @pytest.fixture
@@ -182,6 +129,10 @@ def device(request) -> torch.device:
     return torch.device(request.param)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(reused_passes, "reused_passes")
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fresh-notebooks", action="store_true",
                      help="also run every downloadable notebook in a fresh venv (tests/test_downloaded_notebooks.py; "
@@ -217,6 +168,11 @@ def _reads_lessons(item: pytest.Item) -> bool:
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    reused = sum(1 for report in terminalreporter.stats.get("passed", [])
+                 if report.when == "call" and ("reused", True) in report.user_properties)
+    if reused:
+        terminalreporter.write_line(f"{reused} passes reused: each test passed before on the very same inputs "
+                                    "(tests/reused_passes.py; LESSONLIB_REFRESH=1 runs every test)")
     screenshots = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
     if config.getoption("screenshots") and screenshots.is_dir():
         terminalreporter.write_line(f"browser screenshots (desktop and 390-px phone): {screenshots}")

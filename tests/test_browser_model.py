@@ -21,7 +21,6 @@ from test_site_browser import CHROMIUM, SCHEMES, serious_violations
 
 # the site tests' browser fixtures, shared: pytest finds a fixture by its name in this module
 base_url, new_reader, reader = test_site_browser.base_url, test_site_browser.new_reader, test_site_browser.reader
-site_inputs, verdict = test_site_browser.site_inputs, test_site_browser.verdict
 
 PAGE = "lessons/language-model/"
 TOLERANCE = 1e-4
@@ -107,9 +106,7 @@ def wait_status(page, pattern: str) -> dict:
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_the_widget_by_keyboard_alone(verdict, new_reader, base_url, scheme):
-    if verdict.known:
-        return  # it passed on these very inputs (verdict_on)
+def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
     reader = new_reader(viewport={"width": 360, "height": 800}, color_scheme=scheme)
     page = reader.open(base_url + PAGE)
     assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme]
@@ -182,7 +179,6 @@ def test_the_widget_by_keyboard_alone(verdict, new_reader, base_url, scheme):
     assert not (violations := serious_violations(page)), "\n".join(violations)
     assert not reader.errors, reader.errors
     assert reader.hosts <= {"127.0.0.1", "data"}, reader.hosts
-    verdict.record()
 
 
 def inside(page) -> dict:
@@ -195,9 +191,7 @@ def inside(page) -> dict:
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_a_heads_attention_by_keyboard(verdict, new_reader, base_url, scheme):
-    if verdict.known:
-        return  # it passed on these very inputs (verdict_on)
+def test_a_heads_attention_by_keyboard(new_reader, base_url, scheme):
     reader = new_reader(viewport={"width": 360, "height": 800}, color_scheme=scheme)
     page = reader.open(base_url + PAGE)
     page.wait_for_function(READY)
@@ -225,7 +219,6 @@ def test_a_heads_attention_by_keyboard(verdict, new_reader, base_url, scheme):
     assert page.evaluate("document.documentElement.scrollWidth") <= 360, "fits a 360-px screen"
     assert not (violations := serious_violations(page)), "\n".join(violations)
     assert not reader.errors, reader.errors
-    verdict.record()
 
 
 def test_fast_typing_never_queues_stale_work(new_reader, base_url):

@@ -3,8 +3,7 @@
 The site is built once per test process (the `site` fixture, tests/conftest.py), served on 127.0.0.1, and
 every page is checked for what a reader needs: no errors, no request to any other host, images
 with alt text, rendered math, no serious accessibility problem in either palette (axe-core), no
-sideways scrolling. Those per-page checks record their passes in the cache, under a digest of the
-site, the browser and this file (verdict_on): a warm suite on an unchanged site reuses them.
+sideways scrolling.
 With --screenshots, a picture of each page in each view lands in test-artifacts/screenshots/.
 
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
@@ -15,7 +14,6 @@ on the live language models (docs/javascripts/char-models.js: "true", or "failed
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from urllib.parse import urlparse
@@ -23,8 +21,6 @@ from urllib.parse import urlparse
 import nbformat
 import pytest
 import yaml
-
-from conftest import Site, Verdict
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -64,48 +60,6 @@ READY = """path => document.documentElement.dataset.lessonlibReady === path
     && [...document.querySelectorAll('.lstm-walkthrough')].every(w => w.dataset.walkthroughReady)
     && [...document.querySelectorAll('.lessonlib-exploration')].every(e => e.dataset.explorationReady)
     && [...document.querySelectorAll('.char-model')].every(e => e.dataset.charModelReady)"""
-
-
-@pytest.fixture(scope="session")
-def site_inputs(site, browser) -> bytes:
-    """What the per-page checks read (site_digest), for verdict_on."""
-    return site_digest(site, browser.version).encode()
-
-
-@pytest.fixture
-def verdict(verdict_on, site_inputs) -> Verdict:
-    """This per-page check's pass on this site, if it was recorded (verdict_on)."""
-    return verdict_on(site_inputs)
-
-
-def site_digest(site: Site, browser_version: str) -> str:
-    """The built site's bytes (its address and dated sitemap aside), the browser's version,
-    axe-core and this file (whose helpers other browser tests use)."""
-    from axe_playwright_python import base
-
-    digest = hashlib.sha256()
-    for file in sorted(p for p in site.path.rglob("*") if p.is_file() and not p.name.startswith("sitemap.xml")):
-        digest.update(file.relative_to(site.path).as_posix().encode() + b"\0")
-        digest.update(file.read_bytes().replace(site.url.encode(), b"SITE_URL/") + b"\0")
-    for part in (browser_version.encode(), (Path(base.__file__).parent / "axe.min.js").read_bytes(),
-                 Path(__file__).read_bytes()):
-        digest.update(part + b"\0")
-    return digest.hexdigest()[:32]
-
-
-def test_a_pass_is_reused_only_on_the_same_inputs(tmp_path):
-    """The digest ignores the port a build was served on and its dated sitemap, and nothing else."""
-    def built(name: str, url: str, page: str, sitemap: str = "2026-12-05") -> str:
-        folder = tmp_path / name
-        (folder / "a").mkdir(parents=True)
-        (folder / "a" / "index.html").write_text(f'<link rel="canonical" href="{url}a/">{page}')
-        (folder / "sitemap.xml").write_text(sitemap)
-        return site_digest(Site(folder, url), "Chromium 1")
-
-    first = built("one", "http://127.0.0.1:4000/", "<h1>A</h1>")
-    assert built("two", "http://127.0.0.1:5000/", "<h1>A</h1>", sitemap="2026-12-06") == first
-    assert built("three", "http://127.0.0.1:4000/", "<h1>B</h1>") != first
-    assert site_digest(Site(tmp_path / "one", "http://127.0.0.1:4000/"), "Chromium 2") != first
 
 
 class Reader:
@@ -231,11 +185,9 @@ def article_images(page) -> list[dict]:
 
 
 @pytest.mark.parametrize("path", site_pages())
-def test_every_page_reads_well(verdict, reader, base_url, path):
+def test_every_page_reads_well(reader, base_url, path):
     """One visit per page checks what it shows: its images, its math, its notebook downloads,
     its knowledge checks and the reader's palette switch."""
-    if verdict.known:
-        return  # it passed on these very inputs (verdict_on)
     page = reader.open(base_url + path)
     for image in article_images(page):
         assert image["width"] > 0, f"image did not load: {image}"
@@ -271,7 +223,6 @@ def test_every_page_reads_well(verdict, reader, base_url, path):
 
     assert not reader.errors, reader.errors
     assert reader.hosts <= {"127.0.0.1", "data"}, f"requests beyond this site: {reader.hosts}"
-    verdict.record()
 
 
 def wait_for_notebook_styles(page) -> None:
@@ -303,9 +254,7 @@ VIEWS = {"phone-light": (PHONE, "light"), "desktop-dark": (DESKTOP, "dark")}
 
 @pytest.mark.parametrize("view", VIEWS)
 @pytest.mark.parametrize("path", site_pages())
-def test_fits_the_screen_with_no_serious_accessibility_violations(verdict, new_reader, base_url, path, view, request):
-    if verdict.known and not request.config.getoption("screenshots"):
-        return  # it passed on these very inputs (verdict_on)
+def test_fits_the_screen_with_no_serious_accessibility_violations(new_reader, base_url, path, view, request):
     viewport, scheme = VIEWS[view]
     # The palette follows the reader's system preference (mkdocs.yml), emulated here.
     page = new_reader(viewport=viewport, color_scheme=scheme).open(base_url + path)
@@ -318,7 +267,6 @@ def test_fits_the_screen_with_no_serious_accessibility_violations(verdict, new_r
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= viewport["width"], f"{path} scrolls sideways on a {view}: {width}px wide"
     assert not (violations := serious_violations(page)), "\n".join(violations)
-    verdict.record()
     if request.config.getoption("screenshots"):  # for a person to look at; seconds per long page
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{path.strip('/').replace('/', '-') or 'home'}-{view}.png"), full_page=True)
