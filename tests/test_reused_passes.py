@@ -40,14 +40,18 @@ def checkout(pytester, tmp_path_factory, monkeypatch):
     subprocess.run(["git", "add", "-A"], cwd=pytester.path, check=True)
 
     def run(*args: str) -> tuple[pytest.RunResult, int]:
-        reused_passes.checkout_files.cache_clear()
-        reused_passes.cache_dir.cache_clear()
-        reused_passes.environment.cache_clear()
+        forget()
         before = runs.read_text().count("ran") if runs.exists() else 0
         result = pytester.runpytest("-p", "no:cacheprovider", *args)
         return result, (runs.read_text().count("ran") if runs.exists() else 0) - before
 
-    return run
+    yield run
+    forget()  # this suite's own keys are computed again, from its own checkout and environment
+
+
+def forget() -> None:
+    for cached in (reused_passes.checkout_files, reused_passes.cache_dir, reused_passes.environment):
+        cached.cache_clear()
 
 
 def test_a_pass_is_reused_on_the_same_inputs_only(checkout, pytester, monkeypatch):
