@@ -18,6 +18,10 @@ import torch
 
 from lessonlib.engine.worker import lifetime
 
+# One CPU thread per test process: the suite runs one process per core (scripts/test), so a second
+# thread only waits for a busy core, and a tiny op's thread barrier under load cost seconds per test.
+torch.set_num_threads(1)
+
 # Every device test runs on CPU, and on CUDA where there is one; without one it is
 # skipped with a reason, never silently dropped.
 DEVICES = [

@@ -123,8 +123,12 @@ def test_without_attention_only_the_final_state_reaches_the_decoder(device):
 
 def test_training_is_deterministic_per_seed():
     threads = torch.get_num_threads()
-    a = s2s.train(True, seed=3, steps=15, hidden=16, progress=False)
-    assert torch.get_num_threads() == threads  # train runs in one CPU thread, then restores
+    torch.set_num_threads(3)  # not the suite's one thread (tests/conftest.py), so that a restore shows
+    try:
+        a = s2s.train(True, seed=3, steps=15, hidden=16, progress=False)
+        assert torch.get_num_threads() == 3  # train runs in one CPU thread, then restores
+    finally:
+        torch.set_num_threads(threads)
     b = s2s.train(True, seed=3, steps=15, hidden=16, progress=False)
     c = s2s.train(True, seed=4, steps=15, hidden=16, progress=False)
     for (name, pa), pb in zip(a.state_dict().items(), b.state_dict().values()):
