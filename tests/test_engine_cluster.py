@@ -88,6 +88,11 @@ def _cli(site: Path, scheduler: str) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def _told(client: Client, line: int) -> int:
+    """How often a worker told a build that docs/held.md started `line`."""
+    return sum(1 for _, told in client.get_events(cluster.LINES) if told["page"] == "docs/held.md" and told["line"] == line)
+
+
 def _nothing_processing(client: Client) -> bool:
     return not any(keys for keys in client.processing().values())
 
@@ -133,18 +138,19 @@ def test_a_page_whose_worker_is_lost_runs_once_more_elsewhere(tmp_path, client, 
         kill_quietly([build.pid, *_pids(pids)])
 
 
-def test_a_page_whose_worker_is_lost_twice_fails_naming_the_worker(tmp_path, client, scheduler):
+def test_a_page_whose_worker_is_lost_twice_fails_naming_the_worker_and_the_running_line(tmp_path, client, scheduler):
     pids = tmp_path / "pids"
-    site = make_site(tmp_path / "site", {"held.md": _pid_page(pids, tmp_path / "never")})
+    first = "```python exec\nprint('first block')\n```\n\n"  # the held block starts at line 5
+    site = make_site(tmp_path / "site", {"held.md": first + _pid_page(pids, tmp_path / "never")})
     build = _cli(site, scheduler)
     try:
-        until(lambda: _pids(pids), "the page to run on a worker", BOUND_S)
-        _kill_its_worker(client, _pids(pids)[0])
-        until(lambda: len(_pids(pids)) == 2, "the page to run again on another worker", BOUND_S)
-        lost = _kill_its_worker(client, _pids(pids)[1])
+        for attempt in (1, 2):
+            until(lambda: len(_pids(pids)) == attempt, "the page to run on a worker", BOUND_S)
+            until(lambda: _told(client, 5) == attempt, "the worker to tell the build its line", BOUND_S)
+            lost = _kill_its_worker(client, _pids(pids)[-1])
         _, err = build.communicate(timeout=BOUND_S)
         assert build.returncode == 1
-        assert err.splitlines()[-1].startswith(f"docs/held.md:1: the Dask worker {lost} was lost while running"), err
+        assert err.splitlines()[-1].startswith(f"docs/held.md:5: the Dask worker {lost} was lost while running"), err
         until(lambda: all(map(gone, _pids(pids))), "the lost workers' pages to end with them", BOUND_S)
     finally:
         kill_quietly([build.pid, *_pids(pids)])

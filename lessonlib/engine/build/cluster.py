@@ -5,7 +5,8 @@ of its own with its time and memory limits and its process tree ended, as a loca
 outcome comes back to the build, which caches and publishes it. Workers must be non-daemonic
 (distributed.worker.daemon: False: a daemonic process cannot start one) and see the project and
 the cache folder at the build's paths. A worker lost mid-page: the scheduler runs the page
-elsewhere while distributed.scheduler.allowed-failures allows, then the page fails naming the worker.
+elsewhere while distributed.scheduler.allowed-failures allows, then the page fails naming the worker,
+at the line it was running (each worker tells the build the lines its page starts, as Dask events).
 
 Build side: the build imports it only with a scheduler set; no page's process imports it.
 """
@@ -33,18 +34,26 @@ from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
 SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages
+LINES = "lessonlib-lines"  # the Dask event topic: {"build", "page", "line"} as a page starts a line
 
 def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
     """pool.run_pages on the cluster at `scheduler`: each task's page is a Dask task, submitted in
     the given order (first, first run); yield each task with its result as it finishes. Closed
     early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them."""
     client = _connect(scheduler)
-    build, futures = uuid.uuid4().hex[:12], {}
+    build, futures, lines = uuid.uuid4().hex[:12], {}, {}
+
+    def told(event: tuple[float, dict]) -> None:
+        if event[1]["build"] == build:
+            lines[event[1]["page"]] = event[1]["line"]
+
+    client.subscribe_topic(LINES, told)
     try:
-        futures = {client.submit(run_page, task, memory_limit_mb, key=f"lessonlib-{build}-{task.job.path}",
+        futures = {client.submit(run_page, task, memory_limit_mb, build, key=f"lessonlib-{build}-{task.job.path}",
                                  priority=len(tasks) - i, pure=False): task for i, task in enumerate(tasks)}
         for future in as_completed(futures, loop=client.loop):
-            yield futures[future], _outcome(future, futures[future], scheduler)
+            task = futures[future]
+            yield task, _outcome(future, task, scheduler, lines.get(task.job.path))
     finally:
         running = [f for f in futures if not f.done()]
         if running:
@@ -62,12 +71,13 @@ def _connect(scheduler: str) -> Client:
                          f"within {CONNECT_SECONDS} s ({_one_line(e)})") from None
 
 
-def _outcome(future, task: Task, scheduler: str) -> Outcome:
-    """The page's outcome; a page whose workers were all lost fails at its first block."""
+def _outcome(future, task: Task, scheduler: str, line: int | None) -> Outcome:
+    """The page's outcome; a page whose workers were all lost fails at the line it was running
+    last (its first block, if no worker told)."""
     try:
         return future.result()
     except KilledWorker as e:
-        line = task.page.blocks[0].start + 1 if task.page.blocks else 1
+        line = line or (task.page.blocks[0].start + 1 if task.page.blocks else 1)
         return LessonError(task.job.path, line, f"the Dask worker {e.last_worker.address} was lost while running this "
                            "page (it runs again on another worker as many times as distributed.scheduler."
                            f"allowed-failures allows: {e.allowed_failures})")
@@ -81,8 +91,9 @@ def _one_line(e: BaseException) -> str:
 
 # --- on a Dask worker ------------------------------------------------------------------------------
 
-def run_page(task: Task, memory_limit_mb: float | None) -> Outcome | None:
-    """Run one page as a local build does, in a process of its own; None if the build stopped wanting it."""
+def run_page(task: Task, memory_limit_mb: float | None, build: str) -> Outcome | None:
+    """Run one page as a local build does, in a process of its own, telling `build` each line it
+    starts; None if the build stopped wanting it."""
     worker = get_worker()
     problem = _unfit(worker.address, task)
     if problem:
@@ -92,7 +103,12 @@ def run_page(task: Task, memory_limit_mb: float | None) -> Outcome | None:
     with tempfile.TemporaryDirectory(prefix="lessonlib-stack-") as folder:  # the build's folder is on its host
         job = replace(task.job, stack_file=str(Path(folder, "page.stack")))
         stop = functools.partial(_unwanted, worker, key)
-        with contextlib.closing(pool.run_pages([replace(task, job=job)], 1, memory_limit_mb, stop)) as outcomes:
+
+        def at_line(_: Task, line: int) -> None:
+            worker.log_event(LINES, {"build": build, "page": task.job.path, "line": line})
+
+        page = [replace(task, job=job)]
+        with contextlib.closing(pool.run_pages(page, 1, memory_limit_mb, stop, at_line)) as outcomes:
             return next((outcome for _, outcome in outcomes), None)
 
 

@@ -71,6 +71,7 @@ class _Running:
     output: Connection  # the worker's stdout and stderr
     started: float
     line: int = 0  # Markdown line of what it is running now
+    told: int = 0  # the line at_line was last told
     deadline: float = float("inf")
     limit: float = 0.0  # the running block's time limit, for the message
     result: Outcome | None = None
@@ -79,10 +80,12 @@ class _Running:
 
 
 def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None,
-              stop: Callable[[], bool] = lambda: False) -> Iterator[tuple[Task, Outcome]]:
+              stop: Callable[[], bool] = lambda: False,
+              at_line: Callable[[Task, int], None] = lambda task, line: None) -> Iterator[tuple[Task, Outcome]]:
     """Run each task's page in its own process, at most `workers` at once, in the given order;
     yield each task with its result as it finishes. `stop`, asked at each poll: when it says
-    True, end the pages running and return (a Dask worker whose build went away)."""
+    True, end the pages running and return (a Dask worker whose build went away). `at_line` is
+    told each Markdown line a page starts to run (a Dask worker tells its build)."""
     context = _context()
     queue = list(tasks)
     running: list[_Running] = []
@@ -96,6 +99,9 @@ def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None,
                 if r.output in ready:
                     _relay(r)
                 outcome = _check(r, memory_limit_mb)
+                if r.line != r.told:
+                    r.told = r.line
+                    at_line(r.task, r.line)
                 if outcome is not None:
                     running.remove(r)
                     yield r.task, outcome
