@@ -109,14 +109,22 @@ def verdict_for(item: pytest.Item) -> Verdict | None:
     root = Path(item.config.rootpath)
     if root / "tests" not in item.path.parents or item.config.getoption("screenshots", False):
         return None
+    inputs = module_inputs(root, item.path.relative_to(root).as_posix())
+    if inputs is None:
+        return None
+    return find_verdict(cache_dir(root), item.nodeid, [inputs, environment()], refresh=environment_settings().refresh)
+
+
+@functools.cache
+def module_inputs(root: Path, module: str) -> bytes | None:
+    """The checkout as the tests of `module` see it: each file but the test modules it does not
+    import, as path and digest (once per module, not per test); None outside a git checkout."""
     files = checkout_files(root)
     if files is None:
         return None
-    module = item.path.relative_to(root).as_posix()
-    own = {module} | imported_test_modules(item.path.read_bytes())
-    inputs = [name.encode() + b"\0" + digest for name, digest in files.items()
-              if not (name.startswith("tests/test_") and name not in own)]
-    return find_verdict(cache_dir(root), item.nodeid, [*inputs, environment()], refresh=environment_settings().refresh)
+    own = {module} | imported_test_modules((root / module).read_bytes())
+    return b"\n".join(name.encode() + b"\0" + digest for name, digest in files.items()
+                      if not (name.startswith("tests/test_") and name not in own))
 
 
 @pytest.hookimpl(tryfirst=True)

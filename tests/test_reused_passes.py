@@ -50,7 +50,8 @@ def checkout(pytester, tmp_path_factory, monkeypatch):
 
 
 def forget() -> None:
-    for cached in (reused_passes.checkout_files, reused_passes.cache_dir, reused_passes.environment):
+    for cached in (reused_passes.checkout_files, reused_passes.module_inputs, reused_passes.cache_dir,
+                   reused_passes.environment):
         cached.cache_clear()
 
 
