@@ -10,7 +10,9 @@ import filecmp
 import os
 import signal
 import subprocess
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import dask
 import psutil
@@ -84,8 +86,26 @@ def _pids(file: Path) -> list[int]:
 
 
 def _cli(site: Path, scheduler: str) -> subprocess.Popen:
-    return subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, env=environment(**{SCHEDULER: scheduler}),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # PYTHONFAULTHANDLER: a build that hangs prints every thread's stack when _ended aborts it
+    return subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=environment(**{SCHEDULER: scheduler}, PYTHONFAULTHANDLER="1"), text=True)
+
+
+def _ended(build: subprocess.Popen) -> tuple[str, str]:
+    """The build's stdout and stderr once it exits; a build still running after BOUND_S fails
+    the test with its threads' stacks."""
+    try:
+        return build.communicate(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        running = build.poll() is None
+        if running:
+            build.send_signal(signal.SIGABRT)
+        try:
+            said = build.communicate(timeout=BOUND_S)[1][-20000:]
+        except subprocess.TimeoutExpired:
+            said = "(nothing: another process holds its output open)"
+        pytest.fail(f"the build {'did not exit' if running else 'exited but its output stayed open'} within {BOUND_S} s; "
+                    f"its stacks:\n{said}")
 
 
 def _told(client: Client, line: int) -> int:
@@ -106,12 +126,36 @@ def test_a_stopped_build_leaves_no_page_running_on_the_cluster(tmp_path, client,
     try:
         until(lambda: _pids(pids), "the page to run on a worker", BOUND_S)
         build.send_signal(stop)
-        build.communicate(timeout=BOUND_S)
+        _ended(build)
         (page,) = _pids(pids)
         until(lambda: gone(page), "the page's process to end with its build", BOUND_S)
         until(lambda: _nothing_processing(client), "the cluster to let go of the page", BOUND_S)
     finally:
         kill_quietly([build.pid, *_pids(pids)])
+
+
+class _Cluster:
+    """Stands in for a Client in _let_go: one that answers at once, or never."""
+
+    def __init__(self, answers: bool):
+        self.answers, self.closed = answers, False
+
+    def cancel(self, futures: list) -> None:
+        if not self.answers:
+            threading.Event().wait()
+
+    def run(self, function, *args, **options) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_stopped_build_waits_a_bounded_time_for_a_cluster_that_never_answers():
+    running = [SimpleNamespace(key="lessonlib-page")]
+    answering, deaf = _Cluster(answers=True), _Cluster(answers=False)
+    assert cluster._let_go(answering, running, BOUND_S) and answering.closed
+    assert not cluster._let_go(deaf, running, 0.1) and not deaf.closed
 
 
 def _kill_its_worker(client: Client, page: int) -> str:
@@ -132,7 +176,7 @@ def test_a_page_whose_worker_is_lost_runs_once_more_elsewhere(tmp_path, client, 
         until(lambda: len(_pids(pids)) == 2, "the page to run again on another worker", BOUND_S)
         until(lambda: gone(_pids(pids)[0]), "the lost worker's page to end with it", BOUND_S)
         go.write_text("")
-        out, err = build.communicate(timeout=BOUND_S)
+        out, err = _ended(build)
         assert build.returncode == 0 and "page done" in out, err
     finally:
         kill_quietly([build.pid, *_pids(pids)])
@@ -148,7 +192,7 @@ def test_a_page_whose_worker_is_lost_twice_fails_naming_the_worker_and_the_runni
             until(lambda: len(_pids(pids)) == attempt, "the page to run on a worker", BOUND_S)
             until(lambda: _told(client, 5) == attempt, "the worker to tell the build its line", BOUND_S)
             lost = _kill_its_worker(client, _pids(pids)[-1])
-        _, err = build.communicate(timeout=BOUND_S)
+        _, err = _ended(build)
         assert build.returncode == 1
         assert err.splitlines()[-1].startswith(f"docs/held.md:5: the Dask worker {lost} was lost while running"), err
         until(lambda: all(map(gone, _pids(pids))), "the lost workers' pages to end with them", BOUND_S)

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import functools
 import multiprocessing
+import sys
 import tempfile
 import threading
 import time
@@ -34,12 +35,14 @@ from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
 SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages
+LET_GO_SECONDS = SETTLE_SECONDS + 2 * CONNECT_SECONDS  # ... and at most this long for the cluster to answer at all
 LINES = "lessonlib-lines"  # the Dask event topic: {"build", "page", "line"} as a page starts a line
 
 def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
     """pool.run_pages on the cluster at `scheduler`: each task's page is a Dask task, submitted in
     the given order (first, first run); yield each task with its result as it finishes. Closed
-    early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them."""
+    early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them (at most
+    LET_GO_SECONDS: then the scheduler ends them as the build disconnects)."""
     client = _connect(scheduler)
     build, futures, lines = uuid.uuid4().hex[:12], {}, {}
 
@@ -55,12 +58,28 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
             task = futures[future]
             yield task, _outcome(future, task, scheduler, lines.get(task.job.path))
     finally:
-        running = [f for f in futures if not f.done()]
-        if running:
-            client.cancel(running)
-            with contextlib.suppress(OSError, TimeoutError):  # the scheduler is gone: so are its workers' tasks
-                client.run(_settled, [f.key for f in running], SETTLE_SECONDS, on_error="ignore")
-        client.close()
+        if not _let_go(client, [f for f in futures if not f.done()], LET_GO_SECONDS):
+            print(f"lessonlib: the Dask cluster at {scheduler} did not confirm within {LET_GO_SECONDS} s "
+                  "that it ended this build's pages; its scheduler ends them as the build disconnects", file=sys.stderr)
+
+
+def _let_go(client: Client, running: list, seconds: float) -> bool:
+    """Cancel the running pages, wait for the workers to end them, and close the client, for at
+    most `seconds` (a thread of its own: Dask's calls take no deadline, and a busy or stopping
+    cluster may never answer); whether that finished."""
+    ended = threading.Event()
+
+    def end() -> None:
+        with contextlib.suppress(Exception):  # a cluster that fails here is one that did not confirm
+            if running:
+                client.cancel(running)
+                with contextlib.suppress(OSError, TimeoutError):  # the scheduler is gone: so are its workers' tasks
+                    client.run(_settled, [f.key for f in running], SETTLE_SECONDS, on_error="ignore")
+            client.close()
+            ended.set()
+
+    threading.Thread(target=end, name="lessonlib cluster let-go", daemon=True).start()
+    return ended.wait(seconds)
 
 
 def _connect(scheduler: str) -> Client:
