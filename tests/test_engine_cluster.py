@@ -7,6 +7,7 @@ cannot start a page's process), and a page whose worker is lost runs once more, 
 from __future__ import annotations
 
 import filecmp
+import itertools
 import os
 import signal
 import subprocess
@@ -61,6 +62,39 @@ def test_a_site_built_on_the_cluster_is_byte_identical_to_a_local_one_and_shares
     assert differing <= DATED, differing - DATED
     again_here = build(there).stderr
     assert "docs/good.md: from cache" in again_here and "docs/second.md: from cache" in again_here, again_here
+
+
+def test_pages_joblib_calls_run_on_the_cluster_even_with_every_thread_holding_a_page(tmp_path, lessonlib_cli, scheduler,
+                                                                                        client):
+    # two pages on two one-thread workers: a page that kept its thread would leave its jobs none
+    pids = tmp_path / "pids"
+    page = ("```python exec timeout=60\nimport os\nfrom joblib import Parallel, delayed\n"
+            f"ran = [os.getpid(), *set(Parallel(n_jobs=2)(delayed(os.getpid)() for _ in range(8)))]\n"
+            f"with open({str(pids)!r}, 'a') as f:\n    f.write(' '.join(map(str, ran)) + '\\n')\n```\n")
+    site = make_site(tmp_path / "site", {"a.md": page, "b.md": page})
+    run = lessonlib_cli(site, "run", "docs/a.md", "docs/b.md", **{SCHEDULER: scheduler})
+    assert run.returncode == 0, run.stderr
+    workers = set(client.run(os.getpid).values())
+    ran = pids.read_text().splitlines()
+    assert len(ran) == 2
+    for line in ran:
+        page_process, *jobs = map(int, line.split())  # a page runs in a process of its own, its jobs on the workers
+        assert jobs and set(jobs) <= workers and page_process not in workers, (line, workers)
+
+
+def test_a_build_runs_no_more_pages_at_once_than_the_cluster_has_threads(tmp_path, lessonlib_cli, scheduler):
+    # each page appends "+" as it starts and "-" as it ends, the order they happened in, and holds
+    # until a third page has started (or 5 s): on a build that starts more, three would overlap
+    log = tmp_path / "log"
+    page = (f"```python exec\nimport time\nwith open({str(log)!r}, 'a') as f:\n    f.write('+')\n"
+            "deadline = time.monotonic() + 5\n"
+            f"while open({str(log)!r}).read().count('+') < 3 and time.monotonic() < deadline:\n    time.sleep(0.05)\n"
+            f"with open({str(log)!r}, 'a') as f:\n    f.write('-')\n```\n")
+    site = make_site(tmp_path / "site", {f"p{i}.md": page for i in range(5)})
+    run = lessonlib_cli(site, "run", *(f"docs/p{i}.md" for i in range(5)), **{SCHEDULER: scheduler})
+    assert run.returncode == 0, run.stderr
+    at_once = list(itertools.accumulate(1 if c == "+" else -1 for c in log.read_text()))
+    assert len(at_once) == 10 and max(at_once) <= 2, log.read_text()  # two one-thread workers
 
 
 @pytest.mark.parametrize("fault", ["os._exit(3)", "swallowed timeout"])

@@ -7,6 +7,8 @@ outcome comes back to the build, which caches and publishes it. Workers must be 
 the cache folder at the build's paths. A worker lost mid-page: the scheduler runs the page
 elsewhere while distributed.scheduler.allowed-failures allows, then the page fails naming the worker,
 at the line it was running (each worker tells the build the lines its page starts, as Dask events).
+A page's joblib calls run on the cluster too (process._joblib_on): run_page secedes from its
+Dask thread to leave it to them, so the build keeps no more pages in flight than there are threads.
 
 Build side: the build imports it only with a scheduler set; no page's process imports it.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import multiprocessing
 import sys
 import tempfile
@@ -25,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from distributed import Client, as_completed, get_worker
+from distributed import Client, as_completed, get_worker, secede
 from distributed.scheduler import KilledWorker
 
 from lessonlib.engine.build import pool
@@ -50,11 +53,22 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
         if event[1]["build"] == build:
             lines[event[1]["page"]] = event[1]["line"]
 
+    def submit(i: int):
+        future = client.submit(run_page, tasks[i], memory_limit_mb, build, key=f"lessonlib-{build}-{tasks[i].job.path}",
+                               priority=len(tasks) - i, pure=False)
+        futures[future] = tasks[i]
+        return future
+
     client.subscribe_topic(LINES, told)
     try:
-        futures = {client.submit(run_page, task, memory_limit_mb, build, key=f"lessonlib-{build}-{task.job.path}",
-                                 priority=len(tasks) - i, pure=False): task for i, task in enumerate(tasks)}
-        for future in as_completed(futures, loop=client.loop):
+        # as many pages at once as the cluster has threads: a page leaves its thread to its
+        # joblib tasks (run_page secedes), so the scheduler would otherwise start them all
+        waiting = iter(range(len(tasks)))
+        done = as_completed([submit(i) for i in itertools.islice(waiting, max(1, sum(client.nthreads().values())))],
+                            loop=client.loop)
+        for future in done:
+            for i in itertools.islice(waiting, 1):
+                done.add(submit(i))
             task = futures[future]
             yield task, _outcome(future, task, scheduler, lines.get(task.job.path))
     finally:
@@ -119,6 +133,7 @@ def run_page(task: Task, memory_limit_mb: float | None, build: str) -> Outcome |
         return SetupError(problem)
     _keep_template()
     key = worker.get_current_task()
+    secede()  # the page's process waits here: the thread is free for its joblib tasks (process._joblib_on)
     with tempfile.TemporaryDirectory(prefix="lessonlib-stack-") as folder:  # the build's folder is on its host
         job = replace(task.job, stack_file=str(Path(folder, "page.stack")))
         stop = functools.partial(_unwanted, worker, key)

@@ -262,7 +262,7 @@ class _Run:
                        output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack),
                        environment=self.environment, cores=self._cores(), variables=tuple(os.environ.items()),
                        keep_going=self.settings.keep_going,
-                       publish_limit=int(self.settings.publish_limit_mb * 2**20))
+                       publish_limit=int(self.settings.publish_limit_mb * 2**20), scheduler=self.settings.scheduler)
 
     def _cores(self) -> int:
         """The build's `workers`: pages at once, and processes a page's experiments may start."""

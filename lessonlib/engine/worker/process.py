@@ -56,6 +56,7 @@ class PageJob:
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
     keep_going: bool = False  # run on past a failed assert, then fail naming every one
     publish_limit: int = 10 * 2**20  # bytes a page may publish beside itself (lessonlib.publish)
+    scheduler: str | None = None  # the Dask cluster the page runs on: its joblib calls run there too
 
     @property
     def folder(self) -> Path:
@@ -110,6 +111,8 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
     os.environ.clear()
     os.environ.update({**dict(job.variables), **PAGE_ENVIRONMENT})
     limit_cpus(job.cores)
+    if job.scheduler:
+        _joblib_on(job.scheduler)
     page = parse_page(job.text, job.path)
     children = _Children(page)
     scratch = Path(tempfile.mkdtemp(prefix=f"lessonlib-scratch-{Path(job.path).stem}-"))
@@ -131,6 +134,15 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
     page_files.remove(scratch)  # its processes have ended: nothing writes there any more
     conn.send(message)
     conn.close()
+
+
+def _joblib_on(scheduler: str) -> None:
+    """The page's joblib.Parallel calls run as tasks on the Dask cluster at `scheduler` (joblib's
+    Dask backend), beside the pages: their functions must be importable on its workers."""
+    import joblib
+    from distributed import Client
+
+    joblib.parallel_config(backend="dask", client=Client(scheduler, set_as_default=False))
 
 
 def _stdio(output: Connection) -> None:
