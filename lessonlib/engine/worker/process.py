@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import atexit
 import faulthandler
+import functools
 import os
 import signal
 import sys
@@ -138,11 +139,22 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
 
 def _joblib_on(scheduler: str) -> None:
     """The page's joblib.Parallel calls run as tasks on the Dask cluster at `scheduler` (joblib's
-    Dask backend), beside the pages: their functions must be importable on its workers."""
+    Dask backend), beside the pages: their functions must be importable on its workers. The
+    page connects when it first makes a Parallel: a page that makes none pays nothing."""
     import joblib
-    from distributed import Client
 
-    joblib.parallel_config(backend="dask", client=Client(scheduler, set_as_default=False))
+    @functools.cache
+    def client():
+        from distributed import Client
+
+        return Client(scheduler, set_as_default=False)
+
+    def backend(**_):  # joblib passes its nesting level, which the Dask backend takes no part in
+        from joblib._dask import DaskDistributedBackend
+
+        return DaskDistributedBackend(client=client())
+
+    joblib.register_parallel_backend("lessonlib-cluster", backend, make_default=True)
 
 
 def _stdio(output: Connection) -> None:
