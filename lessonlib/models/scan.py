@@ -10,8 +10,9 @@ computed three ways, each on tensors a, b of shape (B, T, D) and h_0 of shape (B
   a2 * (a1 * h + b1) + b2 = (a2 * a1) * h + (a2 * b1 + b2), the pair (a2 * a1, a2 * b1 + b2).
   Combining each step with the one d steps back, for d = 1, 2, 4, ..., every position holds the
   whole prefix after ceil(log2 T) rounds. Within a round every position combines at once (a few
-  wide elementwise operations), so the sequential depth is about log2 T where the loop's is T;
-  the price is more work in total, about 3 T log2 T operations against the loop's 2 T
+  wide elementwise operations), so the sequential depth is 1 + ceil(log2 T) rounds where the
+  loop's is T steps; the price is more work in total, 2 + 3 ((T - 1) + (T - 2) + (T - 4) + ...)
+  elementwise operations (near 3 T log2 T) against the loop's 2 T
   (Blelloch's scan brings the work back to O(T) with about twice the depth; we keep
   Hillis-Steele because it is the easier to read).
 - scan_log: the same sum in log space, for positive a and b (see its docstring for why).
