@@ -1,5 +1,6 @@
 import dataclasses
 import importlib.util
+from types import SimpleNamespace
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,10 @@ def test_recurrent_gradient_terms_add_up_to_the_gradient_of_w_hh():
     assert terms[0].abs().max() < terms[-1].abs().max(), "the first step's term is the smaller"
     with pytest.raises(ValueError, match="plain RNN"):
         memory_task.recurrent_gradient_terms(memory_task.build("lstm", 0), tokens, labels)
+
+
+def test_the_table_lines_up_its_columns_for_any_model_name():
+    run = SimpleNamespace(accuracy=0.5, steps=600)
+    table = format_table({("rnn", 10, 0): run, ("min_gru_closed", 100, 0): run}).splitlines()
+    ends = {table[0].index("seed 0") + len("seed 0"), *(line.index("0.500") + len("0.500") for line in table[1:])}
+    assert len(ends) == 1, table  # each seed's accuracies end where its heading does

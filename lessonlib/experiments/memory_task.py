@@ -351,10 +351,11 @@ def format_table(results: dict[tuple[str, int, int], Run]) -> str:
     """One row per (model, length): the validation accuracy of each seed, then the steps each took."""
     rows = list(dict.fromkeys((m, L) for m, L, _ in results))
     seeds = sorted({s for _, _, s in results})
+    width = max(len("model"), *(len(m) for m, _ in rows))
     header = " ".join(f"{'seed ' + str(s):>8}" for s in seeds)
-    lines = [f"{'model':<10} {'length':>6}  {header}   steps"]
+    lines = [f"{'model':<{width}} {'length':>6}  {header}   steps"]
     for m, L in rows:
         accs = " ".join(f"{results[m, L, s].accuracy:8.3f}" for s in seeds)
         steps = ",".join(str(results[m, L, s].steps) for s in seeds)
-        lines.append(f"{m:<10} {L:>6}  {accs}   {steps}")
+        lines.append(f"{m:<{width}} {L:>6}  {accs}   {steps}")
     return "\n".join(lines)
