@@ -65,6 +65,16 @@ def test_model_shapes_and_open_gate(device):
         MemoryModel("no such model")
 
 
+def test_every_model_classifies_its_layer_s_output_at_the_last_position(device):
+    """The transformer, linear attention and minGRU compute the last position alone (`last=1`): the
+    logits are still those of the layer's whole output, read at its end."""
+    tokens, _ = make_batch(8, 40, torch.Generator().manual_seed(0), device)
+    for name in KNOWN:
+        model = build(name, 0, device=device)
+        whole = model.rnn(model.embed(tokens))[0]  # (B, L, H)
+        torch.testing.assert_close(model(tokens), model.head(whole[:, -1]), rtol=1e-4, atol=1e-6, msg=name)
+
+
 # Each batched parameter, and model m's gradient for it in nn's layout (x @ W: W transposed).
 NN_GRADS = {
     "embed": lambda m: m.embed.weight.grad,

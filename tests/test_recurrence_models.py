@@ -81,6 +81,26 @@ def test_gradients_of_the_two_forms_agree(name):
         assert_close(grad, recurrent[pname], rtol=1e-9, atol=1e-12, msg=pname)
 
 
+@pytest.mark.parametrize("name", ["linear_attention", "min_gru", "min_gru_log"])
+@pytest.mark.parametrize("last", [1, 4])
+def test_the_last_positions_alone_equal_the_end_of_the_whole_output(name, last, device):
+    """`last` (what the memory task's classifier reads) computes less, and the same outputs, state and
+    gradients as the whole sequence's output cut to its end."""
+    model, x = model_and_input(name, device)
+    out, state = model(x)
+    end, end_state = model(x, last=last)
+    assert end.shape == (2, last, 6)
+    assert_close(end, out[:, -last:], rtol=1e-10, atol=1e-12)
+    assert_close(end_state, state, rtol=1e-10, atol=1e-12)
+    _, mid = model(x[:, :9])  # from a carried state too
+    assert_close(model(x[:, 9:], mid, last=last)[0], out[:, -last:], rtol=1e-10, atol=1e-12)
+    weights = torch.randn(2, last, 6, dtype=F64, device=device)
+    whole = torch.autograd.grad((out[:, -last:] * weights).sum(), list(model.parameters()))
+    alone = torch.autograd.grad((end * weights).sum(), list(model.parameters()))
+    for want, got in zip(whole, alone):
+        assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
 # linear attention
 
 

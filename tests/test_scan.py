@@ -66,6 +66,17 @@ def test_log_scan_equals_the_loop_for_positive_a(T, device):
     assert relative_error(scan_log(a.log(), b.log()).exp(), scan_loop(a, b)) <= 1e-10
 
 
+@pytest.mark.parametrize("T", [1, 2, 9, 100])
+@pytest.mark.parametrize("last", [1, 3, 200])
+def test_log_scan_of_the_last_positions_equals_the_end_of_the_whole_scan(T, last, device):
+    a, b, h0 = random_recurrence(T, device, positive=True)
+    for given in (h0.log(), None):
+        whole = scan_log(a.log(), b.log(), given)
+        end = scan_log(a.log(), b.log(), given, last=last)
+        assert end.shape == (2, min(last, T), 3)
+        assert relative_error(end, whole[:, -min(last, T):]) <= 1e-12
+
+
 def test_the_product_underflows_in_float32_and_the_log_scan_does_not(device):
     """300 factors a_t in (0.25, 0.75): their product is about 0.45^300 = 1e-104, zero in float32."""
     g = torch.Generator().manual_seed(0)

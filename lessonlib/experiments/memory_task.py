@@ -133,7 +133,8 @@ class MemoryModel(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         x = self.embed(tokens)  # (B, L, E)
-        if isinstance(self.rnn, Transformer):  # only the last position is classified: compute it alone
+        # only the last position is classified: the layers that can compute it alone do
+        if isinstance(self.rnn, (Transformer, LinearAttention, MinGRU)):
             out, _ = self.rnn(x, last=1)  # (B, 1, H)
         else:
             out, _ = self.rnn(x)  # (B, L, H)

@@ -43,14 +43,17 @@ class LinearAttention(nn.Module):
         """x (..., I) -> q, k (..., d_k) and v (..., H)."""
         return self.query(x) / math.sqrt(self.key_size), self.key(x), self.value(x)
 
-    def forward(self, x: Tensor, S0: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, S0: Tensor | None = None, last: int | None = None) -> tuple[Tensor, Tensor]:
         """The parallel (training) form, a masked matrix product: x (B, T, I), S0 (B, d_k, H) or None
-        -> out (B, T, H), S_T (B, d_k, H)."""
+        -> out (B, T, H), S_T (B, d_k, H). With `last`, only the last `last` positions come out
+        (B, last, H): only their queries are computed, so the cost is linear in T, not quadratic."""
         q, k, v = self.qkv(x)  # (B, T, d_k), (B, T, d_k), (B, T, H)
         T = x.shape[1]
-        scores = q @ k.transpose(1, 2)  # (B, T, T): q_t . k_s
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()  # s <= t
-        out = scores.masked_fill(~causal, 0) @ v  # (B, T, H)
+        if last is not None:
+            q = q[:, -last:]  # (B, T', d_k): the queries wanted, T' = min(last, T)
+        scores = q @ k.transpose(1, 2)  # (B, T', T): q_t . k_s
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()[T - q.shape[1]:]  # s <= t
+        out = scores.masked_fill(~causal, 0) @ v  # (B, T', H)
         S = k.transpose(1, 2) @ v  # (B, d_k, H): sum over all s of k_s v_s^T
         if S0 is not None:  # the state carried in adds q_t S0 to every output
             out = out + q @ S0

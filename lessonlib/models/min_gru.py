@@ -66,17 +66,20 @@ class MinGRU(nn.Module):
         z, h_tilde = self.gates(x)  # (B, T, H) each
         return 1 - z, z * h_tilde
 
-    def forward(self, x: Tensor, h0: Tensor | None = None) -> tuple[Tensor, Tensor]:
-        """The parallel (training) form: x (B, T, I), h0 (B, H) or None -> out (B, T, H), h_T (B, H)."""
+    def forward(self, x: Tensor, h0: Tensor | None = None, last: int | None = None) -> tuple[Tensor, Tensor]:
+        """The parallel (training) form: x (B, T, I), h0 (B, H) or None -> out (B, T, H), h_T (B, H).
+        With `last`, only the last `last` positions come out (B, last, H); in log space they cost
+        no cumulative scan (scan_log)."""
         if self.log_space:
             k = self.linear_z(x)  # (B, T, H)
             log_a = -F.softplus(k)  # log(1 - z)
             log_b = -F.softplus(-k) + log_g(self.linear_h(x))  # log z + log g(h~)
             log_h0 = None if h0 is None else h0.log()  # (B, H), h0 > 0
-            h = scan_log(log_a, log_b, log_h0).exp()  # (B, T, H)
+            h = scan_log(log_a, log_b, log_h0, last).exp()  # (B, T or last, H)
         else:
             a, b = self.coefficients(x)
             h = scan_parallel(a, b, h0)  # (B, T, H)
+            h = h if last is None else h[:, -last:]
         return h, h[:, -1]
 
     def step(self, x_t: Tensor, h: Tensor | None = None) -> tuple[Tensor, Tensor]:

@@ -76,8 +76,9 @@ def scan_parallel(a: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
     return B_  # (B, T, D): B at position t is h_t
 
 
-def scan_log(log_a: Tensor, log_b: Tensor, log_h0: Tensor | None = None) -> Tensor:
-    """log_a, log_b (B, T, D), log_h0 (B, D) or None (h_0 = 0) -> log h (B, T, D), for positive a and b.
+def scan_log(log_a: Tensor, log_b: Tensor, log_h0: Tensor | None = None, last: int | None = None) -> Tensor:
+    """log_a, log_b (B, T, D), log_h0 (B, D) or None (h_0 = 0) -> log h (B, T, D), for positive a and b;
+    with `last`, only the last `last` positions (B, last, D).
 
     Unrolled, the recurrence is a weighted sum: with a*_t = log a_1 + ... + log a_t,
 
@@ -98,6 +99,11 @@ def scan_log(log_a: Tensor, log_b: Tensor, log_h0: Tensor | None = None) -> Tens
     error of about 1e-4, which becomes a relative error of about 1e-4 in h. The log space also
     needs b > 0 (minGRU ensures it with its function g); a b of either sign would need two such
     scans (its positive and negative parts) or complex logarithms, which we do not write.
+
+    `last`: a model that reads only its final state (the memory task's classifier) needs no
+    cumulative scan. Each of the last positions is the sum above as one logsumexp over its
+    prefix, which costs a few elementwise passes where logcumsumexp, and above all its backward,
+    costs many more; same sums, same numerics.
     """
     if log_a.dim() != 3 or log_a.shape != log_b.shape:
         raise ValueError(f"expected log_a and log_b of one shape (B, T, D), got {tuple(log_a.shape)} "
@@ -106,8 +112,19 @@ def scan_log(log_a: Tensor, log_b: Tensor, log_h0: Tensor | None = None) -> Tens
         log_a = torch.cat([torch.zeros_like(log_h0).unsqueeze(1), log_a], dim=1)  # (B, T+1, D)
         log_b = torch.cat([log_h0.unsqueeze(1), log_b], dim=1)  # (B, T+1, D)
     a_star = torch.cumsum(log_a, dim=1)  # (B, T(+1), D): log of a_1 ... a_t
+    if last is not None:
+        return _log_sums_at_the_end(a_star, log_b - a_star, min(last, log_a.shape[1] - (log_h0 is not None)))
     log_h = a_star + torch.logcumsumexp(log_b - a_star, dim=1)  # (B, T(+1), D)
     return log_h if log_h0 is None else log_h[:, 1:]
+
+
+def _log_sums_at_the_end(a_star: Tensor, terms: Tensor, last: int) -> Tensor:
+    """log h_t = a*_t + logsumexp_{s<=t} terms_s for the last `last` positions t: (B, last, D)."""
+    T = terms.shape[1]
+    t = torch.arange(T - last, T, device=terms.device)  # the positions wanted
+    future = torch.arange(T, device=terms.device) > t.unsqueeze(1)  # (last, T): s > t, left out
+    masked = terms.unsqueeze(1).masked_fill(future.unsqueeze(-1), -math.inf)  # (B, last, T, D)
+    return a_star[:, -last:] + torch.logsumexp(masked, dim=2)  # (B, last, D)
 
 
 def scan_cumprod(a: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
