@@ -119,10 +119,18 @@ def _pids(file: Path) -> list[int]:
     return [int(p) for p in file.read_text().split()] if file.exists() and file.read_text().endswith("\n") else []
 
 
+def _ctrl_c_as_on_a_terminal() -> None:
+    """In the build's process, before it starts: SIGINT's default action. A shell without job
+    control starts a background command with SIGINT ignored, and every process under it inherits
+    that (a suite started with `&` or nohup): the build would never see the SIGINT sent to it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _cli(site: Path, scheduler: str) -> subprocess.Popen:
     # PYTHONFAULTHANDLER: a build that hangs prints every thread's stack when _ended aborts it
     return subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=environment(**{SCHEDULER: scheduler}, PYTHONFAULTHANDLER="1"), text=True)
+                            env=environment(**{SCHEDULER: scheduler}, PYTHONFAULTHANDLER="1"), text=True,
+                            preexec_fn=_ctrl_c_as_on_a_terminal)
 
 
 def _ended(build: subprocess.Popen) -> tuple[str, str]:

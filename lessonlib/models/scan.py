@@ -103,17 +103,18 @@ def scan_log(log_a: Tensor, log_b: Tensor, log_h0: Tensor | None = None, last: i
     `last`: a model that reads only its final state (the memory task's classifier) needs no
     cumulative scan. Each of the last positions is the sum above as one logsumexp over its
     prefix, which costs a few elementwise passes where logcumsumexp, and above all its backward,
-    costs many more; same sums, same numerics.
+    costs many more; the same sums, as safe from under- and overflow.
     """
     if log_a.dim() != 3 or log_a.shape != log_b.shape:
         raise ValueError(f"expected log_a and log_b of one shape (B, T, D), got {tuple(log_a.shape)} "
                          f"and {tuple(log_b.shape)}")
+    last = None if last is None else min(last, log_a.shape[1])  # positions wanted, h_0 never among them
     if log_h0 is not None:  # h_0 as step 0: log a_0 = 0, b_0 = h_0
         log_a = torch.cat([torch.zeros_like(log_h0).unsqueeze(1), log_a], dim=1)  # (B, T+1, D)
         log_b = torch.cat([log_h0.unsqueeze(1), log_b], dim=1)  # (B, T+1, D)
     a_star = torch.cumsum(log_a, dim=1)  # (B, T(+1), D): log of a_1 ... a_t
     if last is not None:
-        return _log_sums_at_the_end(a_star, log_b - a_star, min(last, log_a.shape[1] - (log_h0 is not None)))
+        return _log_sums_at_the_end(a_star, log_b - a_star, last)
     log_h = a_star + torch.logcumsumexp(log_b - a_star, dim=1)  # (B, T(+1), D)
     return log_h if log_h0 is None else log_h[:, 1:]
 
