@@ -95,15 +95,16 @@ def assert_grads_match(batched: BatchedRNNClassifier, models: list[MemoryModel])
                                        msg=lambda text: f"gradient of {name}, model {m}: {text}")
 
 
-def test_batched_rnn_matches_separate_nn_rnns(device):
+@pytest.mark.parametrize("name", ["rnn", "gru_open"])
+def test_batched_loop_matches_separate_nn_layers(device, name):
     seeds = (0, 1, 2)
-    models = [build("rnn", s, device=device) for s in seeds]
+    models = [build(name, s, device=device) for s in seeds]
     batched = BatchedRNNClassifier(models)
     batches = [make_batch(16, 25, torch.Generator().manual_seed(s), device) for s in seeds]
     tokens, labels = torch.stack([t for t, _ in batches]), torch.stack([y for _, y in batches])
     logits = batched(tokens)  # (M, B, 2)
     cross_entropy(logits.transpose(1, 2), labels, reduction="none").mean(1).sum().backward()
-    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # full fp32 for nn.RNN on a GPU
+    with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # full fp32 for nn.RNN/GRU on a GPU
         separate = [model(t) for model, t in zip(models, tokens)]
         sum(cross_entropy(out, y) for out, y in zip(separate, labels)).backward()
     for m in range(len(models)):
@@ -117,6 +118,13 @@ def test_batched_rnn_matches_separate_nn_rnns(device):
     assert_grads_match(batched, models)
 
 
+def test_the_batched_loop_takes_rnns_or_grus_alone():
+    with pytest.raises(TypeError, match="all an nn.GRU"):
+        BatchedRNNClassifier([build("rnn", 0), build("gru", 1)])
+    with pytest.raises(TypeError):
+        BatchedRNNClassifier([build("lstm", 0)])
+
+
 def _bench_baseline():
     """The benchmark's plain training loop: one nn.RNN / nn.LSTM model, torch's own layers."""
     path = Path(__file__).resolve().parents[1] / "scripts" / "bench_memory_task.py"
@@ -126,13 +134,14 @@ def _bench_baseline():
     return module.train_baseline
 
 
-def test_batched_rnn_training_equals_a_plain_nn_rnn_training():
+@pytest.mark.parametrize("name", ["rnn", "gru"])
+def test_batched_training_equals_a_plain_nn_layer_s_training(name):
     # Stopped mid-learning (no early stop), where any difference in the trajectory shows in the accuracy.
     # On a CPU the two loops agree to the last of the 1,000 validation answers; 3 are allowed.
     mid = dataclasses.replace(PROTOCOL, steps=100, solved=1.01)
     seeds = (0, 1, 2)
-    ours = train_seeds("rnn", 10, seeds, mid)
-    plain = [_bench_baseline()("rnn", 10, s, mid) for s in seeds]
+    ours = train_seeds(name, 10, seeds, mid)
+    plain = [_bench_baseline()(name, 10, s, mid) for s in seeds]
     assert [run.steps for run in ours] == [run.steps for run in plain] == [100] * 3
     for seed, a, b in zip(seeds, ours, plain):
         assert abs(a.accuracy - b.accuracy) <= 0.003, (seed, a, b)
@@ -140,9 +149,9 @@ def test_batched_rnn_training_equals_a_plain_nn_rnn_training():
 
 
 def test_a_seed_trains_the_same_alone_or_with_others():
-    # bit-identical on a CPU, RNNs (one batched loop) and LSTMs (nn.LSTM side by side) alike
+    # bit-identical on a CPU, RNNs and GRUs (one batched loop) and LSTMs (nn.LSTM side by side) alike
     short = dataclasses.replace(PROTOCOL, steps=30)
-    for name in ("rnn", "lstm"):
+    for name in ("rnn", "gru", "lstm"):
         together = train_seeds(name, 12, (0, 1, 2), short)
         assert together == [train(name, 12, s, short) for s in (0, 1, 2)]
 

@@ -33,13 +33,13 @@ CPU and are moved to the device, so a seed means the same model and data on any 
 a CPU run gives bit-identical results every time.
 
 Speed (the sweep is the longest part of the site's build): runs stop when solved; the three
-RNN seeds of a length train together in one hand-written batched loop (lessonlib.models.batched_rnn),
-which on a CPU is faster than nn.RNN; the transformer, linear attention and minGRU compute only
-the last position, the one classified (`last=1`), which spares linear attention its (L, L) scores
-and minGRU its cumulative scan (a training step took 2.7x less time for minGRU at length 100, 8x
-less for linear attention at 300, 1 thread); on a CPU the runs are spread over one
-single-threaded process per core. scripts/bench_memory_task.py measures the batching and the
-processes against a plain loop.
+RNN or GRU seeds of a length train together in one hand-written batched loop
+(lessonlib.models.batched_rnn), which on a CPU is faster than nn.RNN and nn.GRU; the
+transformer, linear attention and minGRU compute only the last position, the one classified
+(`last=1`), which spares linear attention its (L, L) scores and minGRU its cumulative scan (a
+training step took 2.7x less time for minGRU at length 100, 8x less for linear attention at 300,
+1 thread); on a CPU the runs are spread over one single-threaded process per core.
+scripts/bench_memory_task.py measures the batching and the processes against a plain loop.
 """
 from __future__ import annotations
 
@@ -69,6 +69,7 @@ CLOSED = ("min_gru_closed",)  # the control: minGRU with its decay starting clos
 KNOWN = (*MODELS, "gru", "gru_open", "transformer", *RECURRENCE, *CLOSED)
 LENGTHS = (10, 30, 50, 100)
 SEEDS = (0, 1, 2)
+BATCHED = ("rnn", "gru", "gru_open")  # a length's seeds train together in one batched loop
 CLUES = 2  # tokens 0 and 1 are the clues (and the labels); the rest of the vocabulary is noise
 Device = torch.device | str
 
@@ -189,10 +190,11 @@ class Separate(nn.Module):
 def build_group(
     model_name: str, seeds: tuple[int, ...], protocol: MemoryProtocol = PROTOCOL, device: Device = "cpu"
 ) -> BatchedRNNClassifier | Separate:
-    """One model per seed, to be trained together. The RNNs share one batched loop (faster on
-    a CPU than nn.RNN, see lessonlib.models.batched_rnn); the LSTMs stay nn.LSTMs (a fused kernel)."""
+    """One model per seed, to be trained together. The RNNs and GRUs share one batched loop
+    (faster on a CPU than nn.RNN and nn.GRU, see lessonlib.models.batched_rnn); the LSTMs stay
+    nn.LSTMs (a fused kernel), and the other layers run side by side."""
     models = [build(model_name, seed, protocol) for seed in seeds]
-    group = BatchedRNNClassifier(models) if model_name == "rnn" else Separate(models)
+    group = BatchedRNNClassifier(models) if model_name in BATCHED else Separate(models)
     return group.to(device)
 
 
@@ -302,7 +304,7 @@ def sweep(
     (100,)}): one sweep keeps every core busy until its last run, where two sweeps in a row
     would each end on a lone run.
 
-    A job is one run, except that an RNN's seeds train together in one batched loop (the
+    A job is one run, except that an RNN's or GRU's seeds train together in one batched loop (the
     faster way on a CPU; the results are the same bits either way). On a CPU the jobs are
     spread over `workers` processes (default: one per core), each run single-threaded; on a
     GPU they run one after another in this process. The results do not depend on `workers`.
@@ -317,7 +319,7 @@ def sweep(
     jobs = []  # (model, length, the seeds that train together)
     for m in models:
         for L in lengths_of[m]:
-            if m == "rnn":
+            if m in BATCHED:
                 jobs.append((m, L, tuple(seeds)))
             else:
                 jobs.extend((m, L, (s,)) for s in seeds)
