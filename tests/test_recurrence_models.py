@@ -11,6 +11,7 @@ from lessonlib.models.gated_linear_attention import GatedLinearAttention
 from lessonlib.models.linear_attention import LinearAttention
 from lessonlib.models.min_gru import MinGRU, g, log_g
 from lessonlib.models.selective_ssm import SelectiveSSM
+from lessonlib.models.transformer import Transformer
 
 F64 = torch.float64
 MODELS = {
@@ -99,6 +100,17 @@ def test_the_last_positions_alone_equal_the_end_of_the_whole_output(name, last, 
     alone = torch.autograd.grad((end * weights).sum(), list(model.parameters()))
     for want, got in zip(whole, alone):
         assert_close(got, want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["linear_attention", "min_gru", "min_gru_log", "transformer"])
+def test_last_below_one_is_refused_in_one_line(name, device):
+    # x[:, -0:] is every position: without the check, last=0 would quietly return them all
+    if name == "transformer":
+        model, x = Transformer(6, heads=2, layers=1, d_in=5, positions="sinusoidal").to(device, F64), model_and_input("min_gru", device)[1]
+    else:
+        model, x = model_and_input(name, device)
+    with pytest.raises(ValueError, match="last must be at least 1"):
+        model(x, last=0)
 
 
 # linear attention

@@ -26,7 +26,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from lessonlib.models.scan import scan_parallel
+from lessonlib.models.scan import check_last, scan_parallel
 
 
 class LinearAttention(nn.Module):
@@ -47,6 +47,7 @@ class LinearAttention(nn.Module):
         """The parallel (training) form, a masked matrix product: x (B, T, I), S0 (B, d_k, H) or None
         -> out (B, T, H), S_T (B, d_k, H). With `last`, only the last `last` positions come out
         (B, last, H): only their queries are computed, so the cost is linear in T, not quadratic."""
+        check_last(last)
         q, k, v = self.qkv(x)  # (B, T, d_k), (B, T, d_k), (B, T, H)
         T = x.shape[1]
         if last is not None:

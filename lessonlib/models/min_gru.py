@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lessonlib.models.scan import scan_log, scan_parallel
+from lessonlib.models.scan import check_last, scan_log, scan_parallel
 
 
 def g(x: Tensor) -> Tensor:
@@ -70,6 +70,7 @@ class MinGRU(nn.Module):
         """The parallel (training) form: x (B, T, I), h0 (B, H) or None -> out (B, T, H), h_T (B, H).
         With `last`, only the last `last` positions come out (B, last, H); in log space they cost
         no cumulative scan (scan_log)."""
+        check_last(last)
         if self.log_space:
             k = self.linear_z(x)  # (B, T, H)
             log_a = -F.softplus(k)  # log(1 - z)

@@ -31,6 +31,7 @@ from torch import Tensor, nn
 from torch.nn import functional as F
 
 from lessonlib.models.attention import dot_product_attention
+from lessonlib.models.scan import check_last
 
 
 def split_heads(x: Tensor, heads: int) -> Tensor:
@@ -110,6 +111,7 @@ class MultiHeadAttention(nn.Module):
         forward and backward at L = 300 ran about 5x faster)."""
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)  # each (B, L, d)
         q, k, v = (split_heads(t, self.heads) for t in (q, k, v))  # each (B, heads, L, d_head)
+        check_last(last)  # q[..., -0:] would be every position
         if last is not None:
             q = q[:, :, -last:]  # (B, heads, last, d_head): these queries are the last of the keys' positions
         if cache is not None:

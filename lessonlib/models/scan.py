@@ -76,6 +76,12 @@ def scan_parallel(a: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
     return B_  # (B, T, D): B at position t is h_t
 
 
+def check_last(last: int | None) -> None:
+    """`last`, the number of final positions a layer computes, is None (all) or at least 1."""
+    if last is not None and last < 1:
+        raise ValueError(f"last must be at least 1 (or None for every position), got {last}")
+
+
 def scan_log(log_a: Tensor, log_b: Tensor, log_h0: Tensor | None = None, last: int | None = None) -> Tensor:
     """log_a, log_b (B, T, D), log_h0 (B, D) or None (h_0 = 0) -> log h (B, T, D), for positive a and b;
     with `last`, only the last `last` positions (B, last, D).
@@ -108,6 +114,7 @@ def scan_log(log_a: Tensor, log_b: Tensor, log_h0: Tensor | None = None, last: i
     if log_a.dim() != 3 or log_a.shape != log_b.shape:
         raise ValueError(f"expected log_a and log_b of one shape (B, T, D), got {tuple(log_a.shape)} "
                          f"and {tuple(log_b.shape)}")
+    check_last(last)
     last = None if last is None else min(last, log_a.shape[1])  # positions wanted, h_0 never among them
     if log_h0 is not None:  # h_0 as step 0: log a_0 = 0, b_0 = h_0
         log_a = torch.cat([torch.zeros_like(log_h0).unsqueeze(1), log_a], dim=1)  # (B, T+1, D)
