@@ -109,9 +109,9 @@ class MultiHeadAttention(nn.Module):
         need_weights is False: then, as in nn.MultiheadAttention, torch's fused kernel computes
         the same output without storing the (L, L_k) weights (on the course's CPU, attention's
         forward and backward at L = 300 ran about 5x faster)."""
+        check_last(last)  # q[..., -0:] would be every position
         q, k, v = F.linear(x, self.in_proj_weight, self.in_proj_bias).chunk(3, dim=-1)  # each (B, L, d)
         q, k, v = (split_heads(t, self.heads) for t in (q, k, v))  # each (B, heads, L, d_head)
-        check_last(last)  # q[..., -0:] would be every position
         if last is not None:
             q = q[:, :, -last:]  # (B, heads, last, d_head): these queries are the last of the keys' positions
         if cache is not None:
