@@ -10,12 +10,12 @@ from pathlib import Path
 
 import nbformat
 
+from lessonlib.engine.build.claims import binding
 from lessonlib.engine.build.notebook import to_notebook
 from lessonlib.engine.build.numerals import hand_typed_numerals
 from lessonlib.engine.build.page import PageResult, execute_pages
 from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.blocks import ParsedPage, parse_page, read_page
-from lessonlib.engine.worker.claims import binding
 from lessonlib.engine.worker.errors import LessonError, SetupError
 from lessonlib.engine.worker.outputs import BlockOutput
 

@@ -8,11 +8,11 @@ import pytest
 from fixture_sites import make_site
 from notebook_cells import execute, printed
 
+from lessonlib.engine.build.claims import binding
 from lessonlib.engine.build.notebook import to_notebook
 from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.blocks import parse_page
-from lessonlib.engine.worker.claims import binding
 from lessonlib.engine.worker.errors import LessonError
 
 PATH = "docs/page.md"
@@ -70,7 +70,7 @@ def test_a_source_block_must_be_empty(settings):
 
 def test_check_and_the_claims_binding_read_past_a_source_block(tmp_path, lessonlib_cli):
     page = ('# T\n\nThis helper is never slower than two calls.\n\n```python source="lessonlib.engine.worker.errors:SetupError"\n'
-            '```\n\n```python exec check\nfrom lessonlib import claim\nassert 1, claim("never slower")\n```\n')
+            '```\n\n```python exec check\nfrom lessonlib import claim\nassert 1, claim("never slower than")\n```\n')
     site = make_site(tmp_path / "site", {"page.md": page})
     found = binding(parse_page(page, PATH), page)
     assert found.problems() == []

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from lessonlib.engine.build.claims import binding
 from lessonlib.engine.build.numerals import hand_typed_numerals
 from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import load_settings
 from lessonlib.engine.worker.blocks import parse_page
-from lessonlib.engine.worker.claims import binding
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
 

@@ -7,7 +7,7 @@ import hashlib
 import html
 import re
 
-from lessonlib.engine.worker import claims
+from lessonlib.engine.build import claims
 from lessonlib.engine.worker.blocks import (
     CODE_SPAN,
     SLOT_CLASS,
