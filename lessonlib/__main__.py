@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     for page in getattr(args, "pages", []):
         if not page.is_file():
             parser.error(f"no such page: {page}")
+    refused = _refused_output(args.output, args.config.resolve().parent) if args.command == "notebook" else None
+    if refused:
+        print(f"lessonlib: {refused}", file=sys.stderr)
+        return 2
     try:
         if args.command == "check":
             return _check(args.pages)
@@ -51,6 +56,25 @@ def main(argv: list[str] | None = None) -> int:
     except LessonError as e:  # a page that cannot be read as a page
         print(e, file=sys.stderr)
         return 1
+
+
+def _refused_output(output: Path, root: Path) -> str | None:
+    """Why the notebook may not be written to `output`, or None: it must be a new or exported
+    .ipynb in an existing folder, and not an author's file (under docs/, or tracked by git)."""
+    target = output.resolve()
+    if target.is_dir():
+        return f"-o {output} is a folder: name the notebook file, e.g. {output / 'page.ipynb'}"
+    if not target.parent.is_dir():
+        return f"-o {output}: the folder {output.parent} does not exist"
+    if target.suffix != ".ipynb":
+        return f"-o {output}: a notebook's name ends in .ipynb"
+    if target.is_relative_to(root / "docs"):
+        return f"-o {output} is under the docs folder, where the site's pages and files are: write it elsewhere"
+    tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(target)], cwd=target.parent,
+                             capture_output=True, check=False)
+    if tracked.returncode == 0:
+        return f"-o {output} is a file git tracks: write the notebook elsewhere"
+    return None
 
 
 def _settings(args: argparse.Namespace) -> Settings:

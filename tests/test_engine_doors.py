@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 
 import nbformat
+import pytest
 from fixture_sites import GOOD, LESSONLIB, build_process, cli_process, command, environment, make_site
 from site_support import gone, tree, until
 
@@ -93,6 +94,27 @@ def test_cli_prints_outputs_and_inline_values_and_exports_notebooks(tmp_path, le
     nbformat.validate(nbformat.read(site / "good.ipynb", as_version=4))
     missing = lessonlib_cli(site, "run", "docs/missing.md")
     assert missing.returncode == 2 and "no such page: docs/missing.md" in missing.stderr
+
+
+@pytest.mark.parametrize(("output", "says"), [
+    ("docs/good.md", "a notebook's name ends in .ipynb"),
+    ("docs/other.ipynb", "is under the docs folder"),
+    ("mkdocs.yml", "a notebook's name ends in .ipynb"),
+    ("tracked.ipynb", "is a file git tracks"),
+    ("missing/good.ipynb", "the folder missing does not exist"),
+    ("sub", "is a folder: name the notebook file"),
+])
+def test_notebook_export_never_writes_over_an_authors_file_and_says_why_in_one_line(tmp_path, lessonlib_cli, output,
+                                                                                      says):
+    site = make_site(tmp_path, {"good.md": GOOD, "other.ipynb": "{}"})
+    (site / "sub").mkdir()
+    (site / "tracked.ipynb").write_text("{}")
+    subprocess.run(["git", "init", "-q"], cwd=site, check=True)
+    subprocess.run(["git", "add", "tracked.ipynb"], cwd=site, check=True)
+    before = {p: p.read_bytes() for p in site.rglob("*") if p.is_file() and ".git" not in p.parts}
+    refused = lessonlib_cli(site, "notebook", "docs/good.md", "-o", output)
+    assert refused.returncode == 2 and says in refused.stderr and len(refused.stderr.splitlines()) == 1, refused
+    assert {p: p.read_bytes() for p in before} == before
 
 
 # MkDocs stamps these with the build date; everything else must be byte-identical.
