@@ -77,6 +77,8 @@ def test_recurrence_vs_attention_connects_causally():
     for line in attention.lines:  # every line runs from an input x_j up to an output z_i with j <= i
         (x_in, x_out), _ = line.get_data()
         assert x_in <= x_out
+    counted = diagrams.recurrence_vs_attention(n, steps_per_state=8).axes[0]
+    assert any("5 states in a row,\n8 sequential steps each" in t.get_text() for t in counted.texts)
 
 
 def test_summary_table_states_every_verdict_in_words():

@@ -165,9 +165,10 @@ def lstm_cell() -> Figure:
     return fig
 
 
-def recurrence_vs_attention(n: int = 6) -> Figure:
-    """Two ways for the last position to use the first: a chain of n recurrent steps, or one
-    direct causal-attention connection to every position at or before it."""
+def recurrence_vs_attention(n: int = 6, steps_per_state: int | None = None) -> Figure:
+    """Two ways for the last position to use the first: a chain of n recurrent states, or one
+    direct causal-attention connection to every position at or before it. steps_per_state: the
+    sequential steps of one state (lessonlib.experiments.cost), written under the chain if given."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.9))
     fig.patch.set_facecolor("white")
     y_in, y_out = 0.0, 1.6
@@ -186,7 +187,8 @@ def recurrence_vs_attention(n: int = 6) -> Figure:
         left.text(t, y_out, f"$h_{{{t}}}$", ha="center", va="center", fontsize=10, color=TEXT)
         if t < n:
             _arrow(left, (t + 0.22, y_out), (t + 0.78, y_out), color=PALETTE["blue"], width=2.4)
-    left.text((n + 1) / 2, 2.25, f"$x_1$ reaches $h_{{{n}}}$ only through {n} steps in a row",
+    each = "" if steps_per_state is None else f",\n{steps_per_state} sequential steps each"
+    left.text((n + 1) / 2, 2.25, f"$x_1$ reaches $h_{{{n}}}$ only through {n} states in a row{each}",
               ha="center", va="center", fontsize=11, color=PALETTE["blue"])
 
     # causal attention: output i looks directly at every x_j with j <= i
@@ -199,7 +201,7 @@ def recurrence_vs_attention(n: int = 6) -> Figure:
         right.add_patch(Circle((i, y_out), 0.22, facecolor=LIGHT["vermillion"], edgecolor=PALETTE["vermillion"],
                                linewidth=1.6, zorder=3))
         right.text(i, y_out, f"$z_{{{i}}}$", ha="center", va="center", fontsize=10, color=TEXT, zorder=4)
-    right.text((n + 1) / 2, 2.25, f"$z_{{{n}}}$ is one step from every $x_j$; no line reaches the future",
+    right.text((n + 1) / 2, 2.25, f"$z_{{{n}}}$ reads every $x_j$ directly; no line reaches the future",
                ha="center", va="center", fontsize=11, color=PALETTE["vermillion"])
     for ax in (left, right):
         ax.set_aspect("equal")
@@ -228,7 +230,7 @@ SUMMARY_VERDICTS = {
     ("gates: GRU", "fixed-size memory"): ("open", "one hidden state"),
     ("gates: GRU", "one step at a time"): ("open", "each step waits"),
     ("attention", "word order"): ("partly", "needs position\ninformation"),
-    ("attention", "long-range learning"): ("solved", "every position\none step away"),
+    ("attention", "long-range learning"): ("solved", "reads every input\ndirectly"),
     ("attention", "fixed-size memory"): ("solved", "a vector per position\n(cost: n\u00b2 scores)"),
     ("attention", "one step at a time"): ("partly", "parallel in training;\ngeneration still\ntoken by token"),
 }
