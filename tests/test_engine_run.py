@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import random
 import textwrap
+from html.parser import HTMLParser
 
 import markdown
 import numpy as np
@@ -139,6 +140,66 @@ def test_inline_values_with_format_specs():
 def test_inline_values_are_escaped_text():
     result = run('```python exec\ns = "<b>*x*</b>"\n```\n\nvalue: `{py} s`\n')
     assert "value: &lt;b&gt;\\*x\\*&lt;/b&gt;" in result.markdown
+
+
+# The site's Markdown (mkdocs.yml), where a value or an output could become markup.
+SITE_MARKDOWN = ["admonition", "attr_list", "md_in_html", "tables", "toc", "pymdownx.details", "pymdownx.superfences"]
+
+
+class _Markup(HTMLParser):
+    """The tags and attributes a rendered page really has."""
+
+    def __init__(self, page_html: str) -> None:
+        super().__init__()
+        self.tags, self.attributes = [], []
+        self.feed(page_html)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        self.attributes += [name for name, _ in attrs]
+
+
+def site_html(text: str) -> str:
+    result = run(text)
+    return fill_html_slots(markdown.markdown(result.markdown, extensions=SITE_MARKDOWN), result.page,
+                           result.outputs.blocks)
+
+
+HOSTILE = ["42\n{: onclick=\"alert(1)\" }", "42 {: onmouseover=\"alert(1)\" }", 'x" onmouseover="alert(1)',
+           "x' onmouseover='alert(1)", "<script>alert(1)</script>", "\r\n<script>alert(1)</script>",
+           "\x02wzxhzdk:0\x03"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+@pytest.mark.parametrize("where", [
+    "In a paragraph: `{py} v`\n", "## A heading `{py} v`\n", "- a list item `{py} v`\n",
+    "| a | b |\n| --- | --- |\n| `{py} v` | cell |\n", '<span title="`{py} v`">a span</span>\n',
+    '!!! note "A note"\n\n    Inside: `{py} v`\n',
+])
+def test_an_inline_value_is_text_wherever_it_stands(value, where):
+    page_html = site_html(f"```python exec\nv = {value!r}\n```\n\n{where}")
+    markup = _Markup(page_html)
+    assert "script" not in markup.tags and not [a for a in markup.attributes if a.startswith("on")], page_html
+
+
+@pytest.mark.parametrize("nest", ['!!! note "A note"\n\n', "- a list item\n\n"])
+def test_a_nested_blocks_output_stays_in_its_fence_whatever_line_breaks_it_prints(nest):
+    code = 'print("line one\\r<script>alert(1)</script>\\rline three\\r\\n<b>four</b>")'
+    page_html = site_html(f"{nest}    ```python exec\n    {code}\n    ```\n")
+    markup = _Markup(page_html)
+    assert "script" not in markup.tags and "b" not in markup.tags, page_html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page_html
+
+
+def test_a_figures_links_keep_web_addresses_and_drop_scripts():
+    urls = ["javascript:alert(1)", " JavaScript:alert(1)", "java&#115;cript:alert(1)", "data:text/html,x",
+            "https://example.org/", "#a"]
+    code = "import matplotlib.pyplot as plt\n" + "".join(
+        f"plt.bar([{i}], [1])[0].set_url({url!r})\n" for i, url in enumerate(urls))
+    result = run(f'```python exec alt="Six bars." caption="Bars with links."\n{code}```\n')
+    (svg,) = figure_files(result.page, result.outputs.blocks).values()
+    assert "https://example.org/" in svg and 'href="#a"' in svg
+    assert "javascript" not in svg.lower() and "cript:" not in svg and "data:text" not in svg
 
 
 def test_an_inline_value_that_raises_names_its_own_line():

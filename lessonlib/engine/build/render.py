@@ -98,8 +98,18 @@ def substitute_inline(line: str, values: dict[str, str] | None, escape: bool = T
 
 
 def _as_text(value: str) -> str:
-    """A value shown as plain text in Markdown: no markup, no HTML."""
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", html.escape(value, quote=False))
+    """A value shown as plain text in Markdown, wherever it stands (a paragraph, a heading, a list
+    item, a table cell, an HTML attribute): no markup, no HTML, no attribute list ({: ...}), and
+    on one line, so that nothing after it can start a block."""
+    one_line = " ".join(_markdown_lines(value).split("\n"))
+    escaped = html.escape(one_line, quote=True).replace("{", "&#123;").replace("}", "&#125;")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)
+
+
+def _markdown_lines(text: str) -> str:
+    """The text with its line breaks as Markdown will read them (it reads a lone \r as one), and
+    without the two characters Markdown keeps for its own placeholders."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").replace("\x02", "").replace("\x03", "")
 
 
 def _block(page: ParsedPage, block: Block, output: BlockOutput | None, index: int) -> list[str]:
@@ -190,6 +200,7 @@ def _fence(text: str) -> str:
 
 
 def _text_output(text: str, timing: bool = False) -> str:
+    text = _markdown_lines(text)  # each line indented as the block is, so none can leave the fence
     fence = _fence(text)  # inside a fence everything, <script> included, is shown as text
     title = "Output (measured timings: they vary from run to run)" if timing else "Output"
     classes = f".text .lessonlib-output{' .' + TIMING_CLASS if timing else ''}"
@@ -209,7 +220,18 @@ def figure_files(page: ParsedPage, outputs: list[BlockOutput]) -> dict[str, str]
         if "html" in block.options:
             svgs = (_svg_text(uri) for uri in _SVG_DATA_URI.finditer(output.text))
             files.update({figure_file(svg, "timing" in block.options): svg for svg in svgs if svg is not None})
-    return files
+    return {name: _SVG_LINK.sub(_kept_link, svg) for name, svg in files.items()}
+
+
+# A link in a figure (matplotlib's set_url) is kept only to a web address or an anchor: a
+# javascript: or data: URL would run when a reader opens the figure's file.
+_SVG_LINK = re.compile(r'\s(?:xlink:)?href\s*=\s*(?:"[^"]*"|\'[^\']*\')')
+_SAFE_LINK = re.compile(r"(?:https?://|#)", re.IGNORECASE)
+
+
+def _kept_link(attribute: re.Match[str]) -> str:
+    target = html.unescape(attribute.group(0).split("=", 1)[1].strip()[1:-1])
+    return attribute.group(0) if _SAFE_LINK.match("".join(target.split())) else ""
 
 
 # An SVG image an `html` block printed inline (an exploration's frames). Linked as a file, it
