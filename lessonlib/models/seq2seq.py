@@ -7,9 +7,10 @@ longer the string the more it forgets. With attention the decoder looks back at 
 encoder state at every step, and the heatmap (output step x source position) is an
 anti-diagonal. Read it closely: at step t a trained model may look at the digit it is writing
 (source position T-1-t) or at the one it has just written (its input, position T-t): a forward
-RNN's state at position i also remembers digit i-1, which is the next digit to write, and
-finding the digit just written is a pure content match. Which of the two a model settles on
-is decided in training; the lesson counts the shares of its own model (length 12).
+RNN's state at position i also remembers digit i-1, which is the next digit to write, and the
+digit just written is the decoder's own input. Which of the two a model settles on is decided
+in training; the lesson counts the shares of its own model (length 12), and measures how far
+its weights follow the digit read when that digit is swapped.
 
 By default every batch holds strings of one length (bucketing), so a batch has no padding at
 all: the encoder's final state is the true final state and attention needs no mask. Training
