@@ -72,3 +72,14 @@ def test_an_operation_without_a_rule_is_refused_not_guessed():
     x = torch.randn(4, 4)
     with pytest.raises(NotImplementedError, match="no rule for aten.linalg_inv"):
         cost.count(lambda: torch.linalg.inv(x))
+
+
+def test_torchs_own_cells_are_counted_their_gates_side_by_side():
+    x, h = torch.randn(1, 8), torch.randn(1, 8)
+    cells = {name: cell(8, 8) for name, cell in (("rnn", torch.nn.RNNCell), ("gru", torch.nn.GRUCell),
+                                                  ("lstm", torch.nn.LSTMCell))}
+    steps = {"rnn": cost.count(lambda: cells["rnn"](x, h)), "gru": cost.count(lambda: cells["gru"](x, h)),
+             "lstm": cost.count(lambda: cells["lstm"](x, (h, h)))}
+    # 1 + ceil(log2 8) for the product, +1 for its bias, then the gates' elementwise steps
+    assert steps["rnn"].sequential_steps == 7
+    assert steps["rnn"].sequential_steps < steps["lstm"].sequential_steps < 3 * steps["rnn"].sequential_steps

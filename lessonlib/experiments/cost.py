@@ -34,7 +34,7 @@ MOVES = {aten.cat, aten.stack, aten.copy_, aten.clone, aten._to_copy, aten.embed
          aten.gather, aten.empty, aten.zeros, aten.ones, aten.full, aten.zeros_like, aten.ones_like, aten.full_like,
          aten.empty_like, aten.new_zeros, aten.new_ones, aten.new_empty, aten.new_full, aten.lift_fresh,
          aten.arange, aten.tril, aten.triu, aten.fill_, aten.zero_, aten.detach, aten._unsafe_view,
-         aten.randn, aten.rand, aten.randint, aten.normal_, aten.uniform_}
+         aten.randn, aten.rand, aten.randint, aten.normal_, aten.uniform_, aten.unsafe_split, aten.unsafe_chunk}
 PRODUCTS = {aten.mm, aten.bmm, aten.addmm, aten.baddbmm}
 SCANS = {aten.cumsum, aten.cumprod, aten.logcumsumexp}  # a prefix over n: ceil(log2 n) rounds, n log2 n work
 SOFTMAXES = {aten._softmax, aten._log_softmax}  # max, subtract, exp, sum, divide (or log)
