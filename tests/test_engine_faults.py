@@ -151,3 +151,22 @@ def test_a_helper_named_like_a_module_the_build_loaded_is_one_line_at_its_import
     page = "# t\n\n```python exec\nimport mine\nprint(mine.WHO)\nimport code\nprint(code.WHO)\n```\n"
     error = str(execute_pages([(page, PATH)], settings)[0])
     assert error.startswith(f"{PATH}:6: the helper code.py beside the page has the name of the module `code`"), error
+
+
+def test_a_fifo_or_socket_in_docs_is_skipped_with_one_warning_not_waited_on(tmp_path):
+    import os
+    import socket
+
+    from fixture_sites import build_process
+
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    os.mkfifo(site / "docs" / "trap.md")  # reading it would wait for a writer forever
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(site / "docs" / "sock.md"))
+    try:
+        built = build_process(site)  # the helper's own timeout (300 s) would fail the test on a hang
+    finally:
+        server.close()
+    warned = [line for line in built.stderr.splitlines() if "not a regular file" in line]
+    assert len(warned) == 2 and any("skipped docs/trap.md" in line for line in warned), built.stderr
+    assert built.returncode == 1  # --strict: a warning fails the build, quickly and in one line each

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import posixpath
+import stat
 from pathlib import Path
 from urllib.parse import urljoin
 
@@ -77,6 +78,9 @@ class LessonPlugin(BasePlugin[LessonConfig]):
     @event_priority(-100)  # last: the notebooks are pages by now (mkdocs-jupyter)
     def on_files(self, files, config):
         docs = Path(config.docs_dir).resolve()
+        for file in [f for f in files if f.abs_src_path and _special(f.abs_src_path)]:
+            log.warning(f"skipped {self._rel(file.abs_src_path)}: not a regular file (a FIFO, socket or device)")
+            files.remove(file)
         # the project's files, not the theme's
         ours = [f for f in files if f.abs_src_path and docs in Path(f.abs_src_path).resolve().parents]
         links = {str(extra) for extra in [*config.extra_css, *config.extra_javascript, *config.extra_templates]}
@@ -92,7 +96,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         memoize_search(config.plugins.values(), self.memo)  # after every on_config: search makes its index there
         sources = []
         for file in get_files(config).documentation_pages():
-            if file.src_uri.endswith(".md") and not file.inclusion.is_excluded():
+            if file.src_uri.endswith(".md") and not file.inclusion.is_excluded() and not _special(file.abs_src_path):
                 sources.append((self._read(file.abs_src_path), self._rel(file.abs_src_path)))
         try:
             results = execute_pages(sources, self.settings, report=log.info)
@@ -279,3 +283,12 @@ class _Count(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
+
+
+
+def _special(path: str) -> bool:
+    """A FIFO, socket or device, which reading could wait on forever (a dangling link is MkDocs's to report)."""
+    try:
+        return not stat.S_ISREG(Path(path).stat().st_mode)
+    except OSError:
+        return False
