@@ -101,9 +101,12 @@ def _as_text(value: str) -> str:
     """A value shown as plain text in Markdown, wherever it stands (a paragraph, a heading, a list
     item, a table cell, an HTML attribute): no markup, no HTML, no attribute list ({: ...}), and
     on one line, so that nothing after it can start a block."""
-    one_line = " ".join(_markdown_lines(value).split("\n"))
-    escaped = html.escape(one_line, quote=True).replace("{", "&#123;").replace("}", "&#125;")
-    return _MARKDOWN_SPECIAL.sub(r"\\\1", escaped)
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", _html_text(" ".join(_markdown_lines(value).split("\n"))))
+
+
+def _html_text(value: str) -> str:
+    """Text that is text in HTML, in an attribute too, and to attr_list (no braces)."""
+    return html.escape(value, quote=True).replace("{", "&#123;").replace("}", "&#125;")
 
 
 def _markdown_lines(text: str) -> str:
@@ -279,7 +282,7 @@ def html_data_table(table: DataTable) -> str:
     """A figure's numbers as a table in a collapsed block, for readers who cannot see it: the
     markup Markdown makes of `??? note` and a table."""
     def row(cells, tag: str) -> str:
-        return "<tr>\n" + "".join(f"<{tag}>{html.escape(str(c), quote=False)}</{tag}>\n" for c in cells) + "</tr>\n"
+        return "<tr>\n" + "".join(f"<{tag}>{_html_text(str(c))}</{tag}>\n" for c in cells) + "</tr>\n"
 
     body = "".join(row(r, "td") for r in table.rows)
     return (f'<details class="note">\n<summary>{DATA_TITLE}</summary>\n<table>\n<thead>\n{row(table.columns, "th")}'
