@@ -152,3 +152,15 @@ def test_lessonlib_check_refuses_a_silencing_phrase_at_its_line(tmp_path, capsys
     out = capsys.readouterr().out
     assert f"{page.as_posix()}:14: the check quotes '': a phrase of at least 3 words" in out
     assert "a claim no check quotes: 'The open gate solves the task.'" in out
+
+
+def test_the_checks_list_quotes_a_figures_text_as_the_figure_shows_it():
+    from lessonlib.engine.worker.outputs import BlockOutput, Figure
+
+    text = ('# T\n\n```python exec alt="The loss of {k} falls faster than {m}."\nk, m = 4, 64\n```\n\n'
+            '```python exec check\nassert True, claim("falls faster than")\n```\n')
+    page = parse_page(text, "docs/p.md")
+    outputs = [BlockOutput(figures=[Figure("<svg/>", "The loss of 4 falls faster than 64.")]), BlockOutput()]
+    appendix = checks_appendix(page, {}, outputs)
+    assert "> The loss of 4 falls faster than 64." in appendix and "{k}" not in appendix
+    assert "> The loss of &#123;k&#125; falls" in checks_appendix(page, {})  # before it has run: as written

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 
 from markdown_it import MarkdownIt
@@ -48,6 +48,7 @@ class Sentence:
     line: int  # 1-based Markdown line where it starts
     text: str  # its words; code spans (inline values among them) as written
     marked: bool  # marked as not a claim
+    figure: str = ""  # "alt" or "caption" when it is a figure's text (its {fields} as written), on the fence's line
 
     @property
     def claim_like(self) -> bool:
@@ -74,7 +75,7 @@ def sentences(page_text: str) -> list[Sentence]:
     for block in parse_page(page_text, "<page>").blocks:
         for option in ("alt", "caption"):
             if block.options.get(option, "").strip():
-                found += _split([(block.start + 1, block.options[option])])
+                found += [replace(s, figure=option) for s in _split([(block.start + 1, block.options[option])])]
     return sorted(found, key=lambda s: s.line)
 
 

@@ -35,7 +35,7 @@ def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str
             continue
         out.append(render_line(page, i, values))
         i += 1
-    text = "".join(out) + checks_appendix(page, values)
+    text = "".join(out) + checks_appendix(page, values, outputs)
     return f"{text.rstrip()}\n\n{footer}\n" if footer else text
 
 
@@ -43,10 +43,12 @@ CHECKS_TITLE = "How this page checks its claims"
 _HEADING = re.compile(r"^#{1,6}\s+(.*?)\s*(?:\{[^}]*\})?\s*$")
 
 
-def checks_appendix(page: ParsedPage, values: dict[str, str] | None = None) -> str:
+def checks_appendix(page: ParsedPage, values: dict[str, str] | None = None,
+                    outputs: list[BlockOutput] | None = None) -> str:
     """The page's check blocks, gathered at its end in one collapsed block, each under the name
     of the section it runs in: the evidence for the prose, out of the reader's way. Each claim a
-    check quotes stands, as the page says it, above the code that checks it."""
+    check quotes stands, as the page says it, above the code that checks it (a figure's alt
+    text or caption as the figure shows it)."""
     checks = [b for b in page.blocks if b.check]
     if not checks:
         return ""
@@ -59,10 +61,23 @@ def checks_appendix(page: ParsedPage, values: dict[str, str] | None = None) -> s
         for phrases, code in claims.segments(block):
             for phrase in phrases:
                 sentence = claims.sentence_of(phrase, said)
-                quoted = substitute_inline(sentence.text, values) if sentence else phrase
+                quoted = _as_said(sentence, page, values, outputs) if sentence else phrase
                 out.append(f"\n    > {quoted}\n")
             out += ["\n    ```python\n", *(f"    {row}\n" if row.strip() else "\n" for row in code), "    ```\n"]
     return "".join(out)
+
+
+def _as_said(sentence: claims.Sentence, page: ParsedPage, values: dict[str, str] | None,
+             outputs: list[BlockOutput] | None) -> str:
+    """The sentence as the reader meets it: inline values filled in; a figure's whole alt text or
+    caption as the figure shows it, once the page has run."""
+    if not sentence.figure:
+        return substitute_inline(sentence.text, values)
+    index = next(i for i, b in enumerate(page.blocks) if b.start + 1 == sentence.line)
+    figures = outputs[index].figures if outputs else []
+    if not figures:
+        return _as_text(sentence.text)
+    return _as_text(figures[0].alt if sentence.figure == "alt" else figures[0].caption)
 
 
 def section_of(page: ParsedPage, block: Block) -> str:
