@@ -32,3 +32,14 @@ def test_steady_cpu_flushes_subnormals_and_uses_one_thread_in_a_fresh_process():
 def test_an_empty_device_variable_is_unset_as_every_other_switch_is(monkeypatch, value):
     monkeypatch.setenv("LESSONLIB_DEVICE", value)
     assert device() == torch.device("cpu")
+
+
+@pytest.mark.parametrize("value", ["gpu", "cuda:", "cuda:x", "CPU", "cpu cuda"])
+def test_a_device_that_torch_would_refuse_stops_the_build_at_its_start_in_one_line(tmp_path, value):
+    from fixture_sites import build_process, make_site
+
+    site = make_site(tmp_path, {"index.md": "# Home, where no page asks for a device\n"})
+    built = build_process(site, LESSONLIB_DEVICE=value)
+    assert built.returncode == 1
+    assert f"LESSONLIB_DEVICE: {value!r} is not a torch device" in built.stderr
+    assert "Traceback" not in built.stderr

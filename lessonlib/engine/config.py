@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,6 +31,7 @@ REFRESH = "LESSONLIB_REFRESH"  # 1: run every page and memoized call again, even
 CACHE_DIR = "LESSONLIB_CACHE_DIR"  # the cache folder instead of cache_dir; outside a build, memo's store
 WORKERS = "LESSONLIB_WORKERS"  # overrides the workers option
 DEVICE = "LESSONLIB_DEVICE"  # the torch device pages run on: cpu (the default), cuda, cuda:1
+_DEVICE_NAME = re.compile(r"cpu|(?:cuda|mps|xpu)(?::\d+)?")
 PERTURB = "LESSONLIB_PERTURB"  # scripts/robustness: stand-ins for another machine (scripts/perturb)
 BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which ends when the build does
 SCHEDULER = "LESSONLIB_SCHEDULER"  # overrides the scheduler option: run pages on that Dask cluster
@@ -78,6 +80,8 @@ class Settings:
         }
         if self.memory_limit_mb is not None:
             checked["memory_limit_mb"] = options.positive("memory_limit_mb", self.memory_limit_mb, "MB")
+        if not _DEVICE_NAME.fullmatch(self.device):  # at the start, whether or not a page asks for it
+            raise SetupError(f"{DEVICE}: {self.device!r} is not a torch device: cpu, cuda, cuda:N, mps or xpu")
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
