@@ -170,3 +170,27 @@ def test_a_fifo_or_socket_in_docs_is_skipped_with_one_warning_not_waited_on(tmp_
     warned = [line for line in built.stderr.splitlines() if "not a regular file" in line]
     assert len(warned) == 2 and any("skipped docs/trap.md" in line for line in warned), built.stderr
     assert built.returncode == 1  # --strict: a warning fails the build, quickly and in one line each
+
+
+def test_a_page_with_a_long_name_runs(tmp_path):
+    from fixture_sites import build_process
+
+    name = "p" * 240 + ".md"  # a file name near the system's limit of 255 bytes
+    site = make_site(tmp_path, {"index.md": "# Home\n", name: GOOD})
+    built = build_process(site)
+    assert built.returncode == 0, built.stderr[-2000:]
+
+
+def test_a_docs_folder_that_links_outside_the_project_is_one_line(tmp_path):
+    import os
+
+    from fixture_sites import build_process
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "index.md").write_text("# Home\n")
+    site = make_site(tmp_path / "site", {})
+    os.symlink(outside, site / "docs")
+    built = build_process(site)
+    assert built.returncode == 1 and "Traceback" not in built.stderr, built.stderr
+    assert f"is {outside.resolve()}, outside the project" in built.stderr

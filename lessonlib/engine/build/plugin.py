@@ -58,6 +58,10 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             self.project = read_project()
         except SetupError as e:
             raise PluginError(str(e)) from None
+        docs = Path(config.docs_dir).resolve()
+        if not docs.is_relative_to(self.root.resolve()):  # pages are keyed on their paths in the project
+            raise PluginError(f"docs_dir {config.docs_dir} is {docs}, outside the project {self.root.resolve()}: "
+                              "lessonlib runs pages inside the project; move the folder in, not a link to it")
         self.install = Install(urljoin(config.site_url or LOCAL_SITE, f"{DOWNLOADS}/"), self.project.wheel_name,
                                self._rel(config.docs_dir))
         if not config.repo_url:  # mkdocs.yml's edit_uri is a path in repo_url's repository: no source links without one

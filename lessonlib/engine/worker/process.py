@@ -116,7 +116,7 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
         _joblib_on(job.scheduler)
     page = parse_page(job.text, job.path)
     children = _Children(page)
-    scratch = Path(tempfile.mkdtemp(prefix=f"lessonlib-scratch-{Path(job.path).stem}-"))
+    scratch = Path(tempfile.mkdtemp(prefix=f"lessonlib-scratch-{Path(job.path).stem[:40]}-"))  # a name fits
     message: object
     try:
         message = _run(conn, job, page, children, scratch)

@@ -134,5 +134,6 @@ def write_atomically(path: Path, data: str | bytes) -> None:
 
 
 def temporary_beside(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place, named by the writing process."""
-    return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+    """Where `path` is written before it is renamed into place, named by the writing process (and
+    short enough for any name the file itself may have)."""
+    return path.with_name(f".{path.name[:128]}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
