@@ -194,3 +194,12 @@ def test_a_docs_folder_that_links_outside_the_project_is_one_line(tmp_path):
     built = build_process(site)
     assert built.returncode == 1 and "Traceback" not in built.stderr, built.stderr
     assert f"is {outside.resolve()}, outside the project" in built.stderr
+
+
+def test_a_page_beside_a_notebook_of_the_same_name_is_one_line(tmp_path):
+    from fixture_sites import build_process
+
+    site = make_site(tmp_path, {"index.md": "# Home\n", "sub/p.md": GOOD, "sub/p.ipynb": "{}"})
+    built = build_process(site)
+    assert built.returncode == 1 and "Traceback" not in built.stderr, built.stderr
+    assert "docs/sub/p.md and docs/sub/p.ipynb would be the same page" in built.stderr

@@ -87,6 +87,12 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             files.remove(file)
         # the project's files, not the theme's
         ours = [f for f in files if f.abs_src_path and docs in Path(f.abs_src_path).resolve().parents]
+        pages = {f.src_uri for f in ours}
+        twins = sorted(uri for uri in pages if uri.endswith(".md") and f"{uri[:-3]}.ipynb" in pages)
+        if twins:  # one page address, one notebook download: one would silently replace the other
+            page = self._rel(docs / twins[0])
+            raise PluginError(f"{page} and {page[:-3]}.ipynb would be the same page and the same notebook download: "
+                              "rename one of them")
         links = {str(extra) for extra in [*config.extra_css, *config.extra_javascript, *config.extra_templates]}
         for file in ours:
             if file.src_uri.endswith(".md"):
