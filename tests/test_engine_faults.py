@@ -203,3 +203,17 @@ def test_a_page_beside_a_notebook_of_the_same_name_is_one_line(tmp_path):
     built = build_process(site)
     assert built.returncode == 1 and "Traceback" not in built.stderr, built.stderr
     assert "docs/sub/p.md and docs/sub/p.ipynb would be the same page" in built.stderr
+
+
+@pytest.mark.parametrize(("page", "name", "where"), [
+    ("index.md", "sitemap.xml", "sitemap.xml"), ("index.md", "assets", "assets"),
+    ("index.md", "downloads", "downloads"), ("index.md", "search", "search"),
+])
+def test_a_page_cannot_publish_over_a_file_the_site_has(tmp_path, page, name, where):
+    from fixture_sites import build_process
+
+    code = f'```python exec\nimport lessonlib\nlessonlib.publish({name!r}, "mine")\n```\n'
+    site = make_site(tmp_path, {"index.md": "# Home\n", page: "# Publishes\n\n" + code})
+    built = build_process(site)
+    assert built.returncode == 1, built.stderr
+    assert f"docs/{page}:1: lessonlib.publish({name!r}) would write over {where}, which the site has" in built.stderr

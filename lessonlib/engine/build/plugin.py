@@ -38,6 +38,8 @@ from lessonlib.engine.worker.errors import LessonError, SetupError
 from lessonlib.engine.worker.store import cache_errors, write_atomically
 
 log = get_plugin_logger(__name__)
+# What MkDocs, the theme and this plugin write into the site besides the pages' own files.
+SITE_OWN = {"sitemap.xml", "sitemap.xml.gz", "404.html", "search/search_index.json", "assets/", f"{DOWNLOADS}/"}
 LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
 
@@ -100,6 +102,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         hidden = set(unpublished([(f.src_uri, f.is_documentation_page()) for f in ours], links))
         for file in [f for f in ours if f.src_uri in hidden]:
             files.remove(file)
+        self.site_files = {f.dest_uri for f in files} | SITE_OWN  # what a page may not publish over
         return files
 
     def on_pre_build(self, config):
@@ -158,6 +161,9 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             _write_to_site(site, (folder / name).as_posix(), svg)
         for name, data in result.outputs.published.items():  # lessonlib.publish, one page's files to a name
             where = (folder / name).as_posix()
+            if any(own in (where, f"{where}/") or own.startswith(f"{where}/") for own in self.site_files):
+                raise PluginError(f"{path}:1: lessonlib.publish({name!r}) would write over {where}, which the site "
+                                  "has already: give the file another name")
             other = self.published.setdefault(where, path)
             if other != path:
                 raise PluginError(f"{path}:1: lessonlib.publish({name!r}) writes {where} in the site, "
