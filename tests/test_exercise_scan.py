@@ -18,7 +18,8 @@ from nbclient.exceptions import CellExecutionError
 from notebook_cells import tagged, text
 
 from lessonlib.exercises import scan as exercise
-from lessonlib.models.scan import scan_cost, scan_cumprod, scan_loop, scan_parallel
+from lessonlib.experiments import cost
+from lessonlib.models.scan import scan_cumprod, scan_loop, scan_parallel
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-scan.ipynb"
 PARTS = {"exercise-combine": "combine", "exercise-scan": "scan"}
@@ -56,13 +57,15 @@ def test_solution_passes_every_checker_and_counts_what_the_text_says(kernel):
     table = "".join(text(c) for c in nb.cells if "exercise.counts(scan_loop, T)" in c.source)
     rows = [[int(n.replace(",", "")) for n in line.split()] for line in table.splitlines()[1:]]
     assert [r[0] for r in rows] == [64, 256, 1024, 4096], table
-    # "the loop makes four times as many calls, and your scan makes six more: two rounds of three"
-    assert all(later[1] == 4 * earlier[1] and later[2] == earlier[2] + 6 for earlier, later in zip(rows, rows[1:])), table
-    # "about 3T (log2 T - 1) numbers where the loop computes 2T": the lesson's own count, scan_cost
-    assert all(r[3] == 2 * r[0] and r[4] == scan_cost(r[0]).operations for r in rows), table
+    # "the loop takes four times as many steps, and the solution's scan takes four more: two rounds of two steps"
+    assert all(later[1] == 4 * earlier[1] and later[2] == earlier[2] + 4 for earlier, later in zip(rows, rows[1:])), table
+    # "about 3T (log2 T - 1) numbers where the loop computes 2T", counted by cost.count as the lesson counts
+    a, b, h0 = (t[:1, :, :1] if t.dim() == 3 else t[:1, :1] for t in exercise._inputs(rows[0][0]))
+    assert rows[0][4] == cost.count(lambda: scan_parallel(a, b, h0)).operations, table
+    assert all(r[3] == 2 * r[0] for r in rows), table
     assert all(1 < r[4] / (3 * r[0] * (math.log2(r[0]) - 1)) < 1.01 for r in rows), table
-    claim = next(c.source for c in nb.cells if "six" in c.source and c.cell_type == "markdown")
-    assert "four times as many calls" in claim and "two rounds of three" in claim and "3T (log2 T - 1)" in claim
+    claim = next(c.source for c in nb.cells if "four more" in c.source and c.cell_type == "markdown")
+    assert "four times as many steps" in claim and "two rounds of two steps" in claim and "3T (log2 T - 1)" in claim
 
 
 def test_unsolved_notebook_stops_at_the_first_checker():
@@ -174,11 +177,24 @@ def test_the_min_gru_check_wants_a_gradient():
     assert "no gradient" in problem
 
 
-def test_counts_are_the_lessons_counts():
-    """counts() measures what scan_cost and loop_cost count by reading the code."""
+def test_counts_are_cost_count():
+    """counts() is the course's cost.count: the loop waits 2 steps per position, Hillis-Steele 2 per
+    round after folding h0, and Blelloch's scan does less than 3 times the loop's work."""
     for T in (1, 5, 64, 300):
-        assert exercise.counts(scan_parallel, T).operations == scan_cost(T).operations
-        assert exercise.counts(scan_loop, T) == exercise.Counts(2 * T, 2 * T)
+        assert exercise.counts(scan_loop, T) == cost.Cost(2 * T, 2 * T)
+        assert exercise.counts(scan_parallel, T).sequential_steps == 2 + 2 * math.ceil(math.log2(T))
+        assert exercise.counts(exercise.hillis_steele, T) == exercise.counts(scan_parallel, T)
+        assert exercise.counts(exercise.blelloch, T).operations < 3 * 2 * T
+
+
+@pytest.mark.parametrize("T", [1, 2, 3, 4, 5, 7, 8, 9, 31, 32, 33, 100, 1025])
+def test_blelloch_equals_the_loop(T):
+    a, b, h0 = exercise._inputs(T)
+    assert torch.allclose(exercise.blelloch(a, b, h0), scan_loop(a, b, h0), rtol=1e-9, atol=1e-12)
+
+
+def test_the_checker_accepts_blelloch():
+    assert exercise.diagnose_scan(exercise.blelloch) is None
 
 
 def test_check_raises_with_plain_message():

@@ -131,6 +131,23 @@ def test_linear_attention_matrix_scan_and_loop_agree(device):
     assert_close(out[:, t], want, rtol=1e-10, atol=1e-12)
 
 
+def test_normalised_linear_attention_is_katharopoulos_weighted_average_in_every_form(device):
+    model, x = model_and_input("linear_attention", device)
+    model.normalised = True
+    out, S = model(x)
+    for got, got_S in (model.forward_scan(x), run_steps(model, x)):
+        assert_close(got, out, rtol=1e-10, atol=1e-12)
+        assert_close(got_S, S, rtol=1e-10, atol=1e-12)
+    # out_t = sum_s phi(q_t).phi(k_s) v_s / sum_s phi(q_t).phi(k_s), phi = elu + 1, s <= t
+    phi = lambda z: torch.nn.functional.elu(z) + 1  # noqa: E731
+    q, k, v = phi(model.query(x)), phi(model.key(x)), model.value(x)
+    t = 7
+    weights = torch.stack([(q[:, t] * k[:, s]).sum(-1) for s in range(t + 1)], -1)  # (B, t + 1), all positive
+    assert (weights > 0).all()
+    want = (weights.unsqueeze(-1) * v[:, : t + 1]).sum(1) / weights.sum(-1, keepdim=True)
+    assert_close(out[:, t], want, rtol=1e-10, atol=1e-12)
+
+
 def test_linear_attention_state_has_a_fixed_size():
     model, x = model_and_input("linear_attention", "cpu", T=50)
     _, S_short = model(x[:, :5])

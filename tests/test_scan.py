@@ -1,14 +1,12 @@
 """lessonlib.models.scan: the parallel and log-space scans against the loop, the underflow they avoid,
-and the step and operation counts."""
+and the course's cost count (lessonlib.experiments.cost) against the arithmetic the code does."""
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+from lessonlib.experiments import cost
 from lessonlib.models.scan import (
-    Cost,
     hillis_steele_rounds,
-    loop_cost,
-    scan_cost,
     scan_cumprod,
     scan_log,
     scan_loop,
@@ -114,20 +112,6 @@ def test_rounds_by_hand():
     assert [len(r) for r in hillis_steele_rounds(8)] == [7, 6, 4]
 
 
-def test_counts_by_hand():
-    # the loop: T steps, a multiply and an add each
-    assert [loop_cost(T) for T in (1, 2, 8)] == [Cost(1, 2), Cost(2, 4), Cost(8, 16)]
-    # the scan: 1 step folding h0 (2 ops), then ceil(log2 T) rounds of 3 ops per combining position
-    assert scan_cost(1) == Cost(1, 2)
-    assert scan_cost(2) == Cost(2, 2 + 3 * 1)  # 5
-    assert scan_cost(3) == Cost(3, 2 + 3 * (2 + 1))  # 11
-    assert scan_cost(4) == Cost(3, 2 + 3 * (3 + 2))  # 17
-    assert scan_cost(5) == Cost(4, 2 + 3 * (4 + 3 + 1))  # 26
-    assert scan_cost(8) == Cost(4, 2 + 3 * (7 + 6 + 4))  # 53
-    # the page's range: the scan's depth is about log2 T, its work about 3 T log2 T
-    assert scan_cost(4096).sequential_steps == 13 and loop_cost(4096).sequential_steps == 4096
-
-
 class CountElementwise(TorchFunctionMode):
     """Counts the elements produced by every multiply and add that runs under it."""
 
@@ -145,11 +129,12 @@ class CountElementwise(TorchFunctionMode):
 
 
 @pytest.mark.parametrize("T", [1, 2, 5, 8, 33])
-def test_counts_are_what_the_code_does(T):
-    """The counts are per batch row and channel: the code's multiplies and adds, over B * D."""
+def test_cost_count_sees_the_arithmetic_the_code_does(T):
+    """cost.count's operations are the code's multiplies and adds, element by element; its steps are
+    the loop's 2 per position (a multiply, then an add) and the scan's 2 per round after folding h0."""
     a, b, h0 = random_recurrence(T, "cpu")
-    per_element = a.shape[0] * a.shape[2]
-    for scan, cost in ((scan_loop, loop_cost), (scan_parallel, scan_cost)):
+    for scan, steps in ((scan_loop, 2 * T), (scan_parallel, 2 + 2 * (T - 1).bit_length())):
         with CountElementwise() as counter:
             scan(a, b, h0)
-        assert counter.elements == cost(T).operations * per_element, scan.__name__
+        counted = cost.count(lambda: scan(a, b, h0))
+        assert counted == cost.Cost(steps, counter.elements), scan.__name__

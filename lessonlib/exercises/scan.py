@@ -12,20 +12,21 @@ name the usual mistake: the pairs combined in the wrong order, a result shifted 
 forgotten or not passed through a_1, too few rounds, a round that reads the A it has just
 updated, a product that underflows, or a loop in disguise. `check_min_gru` trains nothing: it
 runs a minGRU's coefficients through the reader's scan against the model's own step-by-step form,
-gradients included. `counts(scan, T)` counts the elementwise arithmetic a scan does.
+gradients included. `counts(scan, T)` counts a scan's sequential steps and operations with the
+course's one cost function, lessonlib.experiments.cost.count. `blelloch` is the reference for the
+notebook's last step: Blelloch's work-efficient scan, written with the same `combine`.
 The `diagnose_*` functions return the message (None when all is well), for tests.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from lessonlib.exercises.calls import call
+from lessonlib.experiments import cost
 from lessonlib.models.min_gru import MinGRU
 from lessonlib.models.scan import scan_loop
 
@@ -59,6 +60,32 @@ def hillis_steele(a: Tensor, b: Tensor, h0: Tensor, combine: Callable[[Pair, Pai
         A, B = A_next, torch.cat([B[:, :d], B_new], dim=1)
         d, done = 2 * d, done + 1
     return B
+
+
+def blelloch(a: Tensor, b: Tensor, h0: Tensor, combine: Callable[[Pair, Pair], Pair] = combine_reference) -> Tensor:
+    """The same h as hillis_steele, by Blelloch's work-efficient scan (blelloch_pairs)."""
+    B = torch.cat([(a[:, :1] * h0.unsqueeze(1) + b[:, :1]), b[:, 1:]], dim=1)  # h0 folded into step 1
+    return blelloch_pairs(a, B, combine)[1]
+
+
+def blelloch_pairs(A: Tensor, B: Tensor, combine: Callable[[Pair, Pair], Pair] = combine_reference) -> Pair:
+    """Every prefix of the steps (A, B), each (batch, T, D): position t ends with steps 1..t+1."""
+    T, n = A.shape[1], A.shape[1] // 2
+    if T == 1:
+        return A, B
+    # up: positions 2i and 2i+1 combine, and the n pairs are scanned the same way
+    odd = blelloch_pairs(*combine((A[:, 0:2 * n:2], B[:, 0:2 * n:2]), (A[:, 1:2 * n:2], B[:, 1:2 * n:2])), combine)
+    # down: each even position 2i >= 2 is the prefix of position 2i-1, then its own step
+    m = (T - 1) // 2
+    later = combine((odd[0][:, :m], odd[1][:, :m]), (A[:, 2::2], B[:, 2::2])) if m else (A[:, :0], B[:, :0])
+    even = [torch.cat([first[:, :1], rest], dim=1) for first, rest in zip((A, B), later)]
+    return _interleave(even[0], odd[0]), _interleave(even[1], odd[1])
+
+
+def _interleave(even: Tensor, odd: Tensor) -> Tensor:
+    """Positions 0, 2, 4, ... from `even` and 1, 3, 5, ... from `odd` (even has as many, or one more)."""
+    k = odd.shape[1]
+    return torch.cat([torch.stack([even[:, :k], odd], dim=2).flatten(1, 2), even[:, k:]], dim=1)
 
 
 def _inputs(T: int, seed: int = 0, dtype: torch.dtype = torch.float64) -> tuple[Tensor, Tensor, Tensor]:
@@ -165,45 +192,25 @@ def diagnose_scan(scan: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str | Non
         return (f"in float32 at T = {LONG} your result is inf or nan from step {first}: the product a_1 ... a_t of "
                 f"decays below 1 underflowed to 0 (it is below 1e-45 there), and something was divided by it. "
                 "Combining pairs never divides; or work with logarithms, as lessonlib.models.scan.scan_log does.")
-    counted = counts(scan, 256)
-    if counted.calls > 128:
-        return (f"your scan is right, but at T = 256 it makes {counted.calls} calls of elementwise arithmetic: it "
-                "steps through the positions one at a time. A scan does every position of a round at once, "
-                "with operations on slices such as A[:, d:] * A[:, :-d], in ceil(log2 T) = 8 rounds.")
+    try:
+        steps = counts(scan, 256).sequential_steps
+    except NotImplementedError:  # an operation the cost count has no rule for: the scan is right, say nothing
+        return None
+    if steps > 128:
+        return (f"your scan is right, but at T = 256 it takes {steps} sequential steps, each waiting for the one "
+                "before: it steps through the positions one at a time. A scan does every position of a round at "
+                "once, with operations on slices such as A[:, d:] * A[:, :-d], in ceil(log2 T) = 8 rounds.")
     return None
 
 
 # ----------------------------------------------------------------------------- counting and minGRU
 
-class Counts(NamedTuple):
-    calls: int  # elementwise multiplies and adds, as torch calls: each waits for the ones it reads
-    operations: int  # their element-by-element count, per batch row and channel
-
-
-class _Arithmetic(TorchDispatchMode):
-    OPS = {"mul.Tensor": 1, "add.Tensor": 1, "mul_.Tensor": 1, "add_.Tensor": 1, "addcmul.default": 2,
-           "addcmul_.default": 2, "sub.Tensor": 1, "div.Tensor": 1}
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.calls = self.elements = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        name = func._opname + "." + func._overloadname
-        if name in self.OPS:
-            self.calls += 1
-            self.elements += self.OPS[name] * out.numel()
-        return out
-
-
-def counts(scan: Callable[[Tensor, Tensor, Tensor], Tensor], T: int) -> Counts:
-    """The elementwise arithmetic of scan(a, b, h0) at length T, for one batch row and channel."""
+def counts(scan: Callable[[Tensor, Tensor, Tensor], Tensor], T: int) -> cost.Cost:
+    """cost.count of scan(a, b, h0) at length T, for one batch row and channel: its sequential steps
+    (the longest chain of operations, each needing the one before) and its operations."""
     a, b, h0 = _inputs(T)
     a, b, h0 = a[:1, :, :1], b[:1, :, :1], h0[:1, :1]  # (1, T, 1): the count per row and channel
-    with _Arithmetic() as mode:
-        scan(a, b, h0)
-    return Counts(mode.calls, mode.elements)
+    return cost.count(lambda: scan(a, b, h0))
 
 
 def diagnose_min_gru(scan: Callable[[Tensor, Tensor, Tensor], Tensor]) -> str | None:

@@ -47,6 +47,8 @@ from lessonlib.models.rnn import RNN
 
 MODELS = ("rnn", "lstm", "gpt")
 MIXERS = ("min_gru", "linear_attention")  # the GPT's blocks with a recurrent layer in attention's place
+# the "linear_attention" model with Katharopoulos et al.'s feature map and normaliser, the same weights at the start
+NORMALISED = "normalised_linear_attention"
 Device = torch.device | str
 
 
@@ -91,13 +93,15 @@ def build(name: str, vocab: int, protocol: LMProtocol = PROTOCOL, seed: int = 0,
     p = protocol
     if name in ("rnn", "lstm", "gru"):
         model = CharRNN(name, vocab, p.embedding, p.sizes[name])
-    elif name == "gpt" or name in MIXERS:
+    elif name == "gpt" or name in (*MIXERS, NORMALISED):
         model = CharTransformer(vocab, p.sizes["gpt"], p.heads, p.layers, context=p.chunk)
-        if name in MIXERS:  # the GPT but for its mixer, and trained as the GPT is, on windows
+        if name != "gpt":  # the GPT but for its mixer, and trained as the GPT is, on windows
             for block in model.transformer.blocks:
-                block.self_attn = RecurrentMixer(name, p.sizes["gpt"])
+                block.self_attn = RecurrentMixer("linear_attention" if name == NORMALISED else name, p.sizes["gpt"])
+                if name == NORMALISED:  # the same parameters, drawn the same: only the formula changes
+                    block.self_attn.layer.normalised = True
     else:
-        raise ValueError(f"unknown model {name!r}, expected one of {MODELS + MIXERS}")
+        raise ValueError(f"unknown model {name!r}, expected one of {(*MODELS, *MIXERS, NORMALISED)}")
     return model.to(device)
 
 

@@ -4,27 +4,24 @@
 
 computed three ways, each on tensors a, b of shape (B, T, D) and h_0 of shape (B, D), on any device:
 
-- scan_loop: the definition, one step after another. T sequential steps.
+- scan_loop: the definition, one step after another.
 - scan_parallel: a Hillis-Steele scan. Because a_t does not depend on h, a stretch of steps is
   itself a step of the same form: doing (a1, b1) and then (a2, b2) maps h to
   a2 * (a1 * h + b1) + b2 = (a2 * a1) * h + (a2 * b1 + b2), the pair (a2 * a1, a2 * b1 + b2).
   Combining each step with the one d steps back, for d = 1, 2, 4, ..., every position holds the
-  whole prefix after ceil(log2 T) rounds. Within a round every position combines at once (a few
-  wide elementwise operations), so the sequential depth is 1 + ceil(log2 T) rounds where the
-  loop's is T steps; the price is more work in total, 2 + 3 ((T - 1) + (T - 2) + (T - 4) + ...)
-  elementwise operations (near 3 T log2 T) against the loop's 2 T
-  (Blelloch's scan brings the work back to O(T) with about twice the depth; we keep
-  Hillis-Steele because it is the easier to read).
+  whole prefix after ceil(log2 T) rounds, and within a round every position combines at once.
+  Counted by the course's one cost function (lessonlib.experiments.cost.count): 2 + 2 ceil(log2 T)
+  sequential steps where the loop takes 2 T, for more work in total, near 3 T log2 T operations
+  against the loop's 2 T. Blelloch's scan (lessonlib.exercises.scan.blelloch) brings the work
+  back under 3 times the loop's, for about twice the steps; we keep Hillis-Steele as the easier to read.
 - scan_log: the same sum in log space, for positive a and b (see its docstring for why).
 
 scan_cumprod is the closed form written naively, kept to show what goes wrong (float32 underflow).
-loop_cost and scan_cost COUNT (they do not time) the sequential steps and elementwise operations
-of scan_loop and scan_parallel; hillis_steele_rounds lists which steps combine in each round.
+hillis_steele_rounds lists which steps combine in each round (drawn by lessonlib.figures.scan_plots).
 """
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -49,7 +46,7 @@ def scan_loop(a: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
 
 
 def scan_parallel(a: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
-    """a, b (B, T, D), h0 (B, D) or None (zeros) -> h (B, T, D), in 1 + ceil(log2 T) rounds.
+    """a, b (B, T, D), h0 (B, D) or None (zeros) -> h (B, T, D): h0 folded in, then ceil(log2 T) rounds.
 
     After the round with offset d, position t holds the pair (A, B) of the steps t-2d+1..t
     (or 1..t where that reaches the start): applying those steps to any h gives A * h + B.
@@ -61,7 +58,7 @@ def scan_parallel(a: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
     if T == 0:
         return b.clone()
     if h0 is None:
-        h0 = b.new_zeros(b.shape[0], b.shape[2])  # folded in all the same: the counts do not depend on h0
+        h0 = b.new_zeros(b.shape[0], b.shape[2])  # folded in all the same: the work does not depend on h0
     B_ = torch.cat([(a[:, 0] * h0 + b[:, 0]).unsqueeze(1), b[:, 1:]], dim=1)  # (B, T, D)
     A_ = a  # (B, T, D)
     d = 1
@@ -145,16 +142,6 @@ def scan_cumprod(a: Tensor, b: Tensor, h0: Tensor | None = None) -> Tensor:
     return P * (h0.unsqueeze(1) + torch.cumsum(b / P, dim=1))
 
 
-class Cost(NamedTuple):
-    sequential_steps: int  # operations that must wait for the previous one: the depth
-    operations: int  # elementwise multiplies and adds, per batch row and channel
-
-
-def loop_cost(T: int) -> Cost:
-    """scan_loop at length T: T steps, each one multiply and one add (h_0 included)."""
-    return Cost(T, 2 * T)
-
-
 def hillis_steele_rounds(T: int) -> list[list[tuple[int, int]]]:
     """For each round of scan_parallel, the pairs (t, t - d) that combine, positions 0-based."""
     rounds, d = [], 1
@@ -162,13 +149,3 @@ def hillis_steele_rounds(T: int) -> list[list[tuple[int, int]]]:
         rounds.append([(t, t - d) for t in range(d, T)])
         d *= 2
     return rounds
-
-
-def scan_cost(T: int) -> Cost:
-    """scan_parallel at length T: one step folds h_0 into b_1 (a multiply and an add), then
-    ceil(log2 T) rounds, in which every combining position does 3 operations (A * A, A * B, + B)."""
-    if T == 0:
-        return Cost(0, 0)
-    rounds = hillis_steele_rounds(T)
-    assert len(rounds) == math.ceil(math.log2(T))
-    return Cost(1 + len(rounds), 2 + 3 * sum(len(pairs) for pairs in rounds))
