@@ -266,3 +266,54 @@ def test_a_worker_that_cannot_see_the_project_is_one_line(tmp_path):
     assert problem and f"cannot see {tmp_path / 'elsewhere' / 'docs'}" in problem and "\n" not in problem
     (tmp_path / "elsewhere" / "docs").mkdir(parents=True)
     assert cluster._unfit("tcp://10.0.0.2:4000", Task(job, parse_page("", "docs/p.md"), timeout=1)) is None
+
+
+@pytest.mark.parametrize("address", ["http://127.0.0.1:8786", "nonsense", "tcp://[::1", "tcp://host:port", ""])
+def test_an_address_that_is_not_a_schedulers_is_one_line_at_once(tmp_path, address, capfd):
+    (tmp_path / "docs").mkdir()
+    with pytest.raises(SetupError) as info:
+        cluster.run_pages([], address, None).__next__()
+    assert f"{address!r} is not a Dask scheduler's address" in str(info.value) and "\n" not in str(info.value)
+    assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_peer_that_is_not_a_dask_scheduler_is_one_line_not_a_hang(tmp_path, capfd):
+    """An HTTP server accepts the connection and never answers as a scheduler would."""
+    import http.server
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    (tmp_path / "docs").mkdir()
+    try:
+        with pytest.raises(SetupError) as info:
+            execute_page(GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=f"tcp://127.0.0.1:{server.server_port}"))
+    finally:
+        server.shutdown()
+    assert f"cannot reach the Dask scheduler tcp://127.0.0.1:{server.server_port}" in str(info.value)
+    assert "\n" not in str(info.value) and "Traceback" not in capfd.readouterr().err
+
+
+def test_a_build_says_at_once_and_again_while_no_worker_has_joined_then_runs(tmp_path, monkeypatch, capfd):
+    monkeypatch.setattr(cluster, "SAY_SECONDS", 0.5)
+    (tmp_path / "docs").mkdir()
+    with (dask.config.set(CLUSTER_CONFIG),
+          LocalCluster(n_workers=0, processes=True, threads_per_worker=1, dashboard_address=":0") as empty):
+        results = []
+        build = threading.Thread(target=lambda: results.append(execute_page(
+            GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=empty.scheduler_address))))
+        build.start()
+        said = []
+        until(lambda: said.extend(capfd.readouterr().err.splitlines()) or
+              sum("waiting for a Dask worker to join" in line for line in said) >= 2, "two waiting lines", BOUND_S)
+        empty.scale(1)
+        build.join(BOUND_S)
+    assert results and "hello from the good page" in results[0].markdown
+
+
+def test_a_build_waiting_on_its_pages_says_which_run_where(tmp_path, client, scheduler, monkeypatch, capfd):
+    monkeypatch.setattr(cluster, "SAY_SECONDS", 0.5)
+    (tmp_path / "docs").mkdir()
+    page = "```python exec\nimport time\ntime.sleep(3)\n```\n"
+    execute_page(page, "docs/slow.md", Settings(root=tmp_path, scheduler=scheduler))
+    said = capfd.readouterr().err
+    assert f"waiting on the Dask cluster at {scheduler}: docs/slow.md on tcp://" in said, said

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import multiprocessing
+import re
 import sys
 import tempfile
 import threading
@@ -37,6 +38,9 @@ from lessonlib.engine.config import SCHEDULER
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
+SAY_SECONDS = 30  # a build waiting on the cluster says what it waits for at least this often
+# What Dask's Client connects to: PROTOCOL://HOST:PORT (or HOST:PORT, tcp), an IPv6 host in brackets.
+_ADDRESS = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}|inproc://\S+")
 SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages
 LET_GO_SECONDS = SETTLE_SECONDS + 2 * CONNECT_SECONDS  # ... and at most this long for the cluster to answer at all
 LINES = "lessonlib-lines"  # the Dask event topic: {"build", "page", "line"} as a page starts a line
@@ -47,6 +51,7 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
     early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them (at most
     LET_GO_SECONDS: then the scheduler ends them as the build disconnects)."""
     client = _connect(scheduler)
+    _await_workers(client, scheduler)
     build, futures, lines = uuid.uuid4().hex[:12], {}, {}
 
     def told(event: tuple[float, dict]) -> None:
@@ -60,6 +65,7 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
         return future
 
     client.subscribe_topic(LINES, told)
+    waiting_for = _Heartbeat(client, scheduler, futures, lines)
     try:
         # as many pages at once as the cluster has threads: a page leaves its thread to its
         # joblib tasks (run_page secedes), so the scheduler would otherwise start them all
@@ -72,6 +78,7 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
             task = futures[future]
             yield task, _outcome(future, task, scheduler, lines.get(task.job.path))
     finally:
+        waiting_for.stop()
         if not _let_go(client, [f for f in futures if not f.done()], LET_GO_SECONDS):
             print(f"lessonlib: the Dask cluster at {scheduler} did not confirm within {LET_GO_SECONDS} s "
                   "that it ended this build's pages; its scheduler ends them as the build disconnects", file=sys.stderr)
@@ -97,11 +104,74 @@ def _let_go(client: Client, running: list, seconds: float) -> bool:
 
 
 def _connect(scheduler: str) -> Client:
+    """A client of the scheduler, within CONNECT_SECONDS (and a little more for a peer that answers,
+    but not as a Dask scheduler would), or a SetupError in one line."""
+    where = f"{SCHEDULER} or the scheduler option"
+    if not _ADDRESS.fullmatch(scheduler):
+        raise SetupError(f"{where}: {scheduler!r} is not a Dask scheduler's address (tcp://HOST:PORT)")
+    made: dict = {}
+
+    def connect() -> None:
+        try:
+            made["client"] = Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False)
+        except Exception as e:  # noqa: BLE001 (any failure to connect is said in one line below)
+            made["error"] = e
+
+    with _quiet_unraisable():  # a half-made Client's __del__ would print a traceback
+        thread = threading.Thread(target=connect, name="lessonlib cluster connect", daemon=True)
+        thread.start()
+        thread.join(CONNECT_SECONDS + 5)
+    if "client" in made:
+        return made["client"]
+    why = _one_line(made["error"]) if "error" in made else "it did not answer as a Dask scheduler does"
+    raise SetupError(f"{where}: cannot reach the Dask scheduler {scheduler} within {CONNECT_SECONDS} s ({why})")
+
+
+@contextlib.contextmanager
+def _quiet_unraisable() -> Iterator[None]:
+    hook = sys.unraisablehook
+    sys.unraisablehook = lambda report: None if "Client.__del__" in repr(report.object) else hook(report)
     try:
-        return Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as e:
-        raise SetupError(f"{SCHEDULER} or the scheduler option: cannot reach the Dask scheduler {scheduler} "
-                         f"within {CONNECT_SECONDS} s ({_one_line(e)})") from None
+        yield
+    finally:
+        sys.unraisablehook = hook
+
+
+def _await_workers(client: Client, scheduler: str) -> None:
+    """Pages need a worker: say so at once and every SAY_SECONDS while none has joined."""
+    while not client.nthreads():
+        print(f"lessonlib: waiting for a Dask worker to join the scheduler at {scheduler} (none has yet)",
+              file=sys.stderr, flush=True)
+        with contextlib.suppress(TimeoutError):
+            client.wait_for_workers(1, timeout=SAY_SECONDS)
+
+
+class _Heartbeat:
+    """While the build waits on the cluster, a line every SAY_SECONDS: which pages run where, at
+    which line, and how many wait for a thread."""
+
+    def __init__(self, client: Client, scheduler: str, futures: dict, lines: dict) -> None:
+        self.client, self.scheduler, self.futures, self.lines = client, scheduler, futures, lines
+        self.stopped = threading.Event()
+        threading.Thread(target=self._run, name="lessonlib cluster heartbeat", daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def _run(self) -> None:
+        while not self.stopped.wait(SAY_SECONDS):
+            with contextlib.suppress(Exception):  # a line missed is better than a build stopped
+                print(f"lessonlib: {self.line()}", file=sys.stderr, flush=True)
+
+    def line(self) -> str:
+        where = {key: worker for worker, keys in self.client.processing().items() for key in keys}
+        pending = [(f, task) for f, task in list(self.futures.items()) if not f.done()]
+        running = [f"{task.job.path} on {where[f.key]}" + (f" at line {self.lines[task.job.path]}"
+                                                            if task.job.path in self.lines else "")
+                   for f, task in pending if f.key in where]
+        queued = len(pending) - len(running)
+        return (f"waiting on the Dask cluster at {self.scheduler}: " + ("; ".join(running) or "no page running")
+                + (f"; {queued} more waiting for a worker's thread" if queued else ""))
 
 
 def _outcome(future, task: Task, scheduler: str, line: int | None) -> Outcome:
