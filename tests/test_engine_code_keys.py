@@ -90,7 +90,7 @@ SOURCE = "# Title\n\n```python exec\nx = 1\n```\n\nProse with `{py} x`.\n"
 def test_a_parsed_page_is_kept_until_its_text_or_the_parser_changes(tmp_path, engine_copy):
     store = tmp_path / "parsed"
     assert parsed_page(SOURCE, "docs/a.md", store) == parse_page(SOURCE, "docs/a.md")
-    kept = store / f"{path_name('docs/a.md')}.pkl"
+    kept = store / f"{path_name('docs/a.md')}.json"
     first = kept.read_bytes()
     assert parsed_page(SOURCE, "docs/a.md", store) == parse_page(SOURCE, "docs/a.md")
     assert kept.read_bytes() == first  # taken from the store, not written again
@@ -110,7 +110,7 @@ def test_a_parsed_page_is_kept_until_its_text_or_the_parser_changes(tmp_path, en
 def test_a_damaged_parsed_page_is_parsed_again(tmp_path, damage):
     store = tmp_path / "parsed"
     parsed_page(SOURCE, "docs/a.md", store)
-    kept = store / f"{path_name('docs/a.md')}.pkl"
+    kept = store / f"{path_name('docs/a.md')}.json"
     head = kept.read_bytes().split(b"\n", 1)[0]
     kept.write_bytes(head + b"\n" + damage)
     assert parsed_page(SOURCE, "docs/a.md", store) == parse_page(SOURCE, "docs/a.md")
@@ -158,3 +158,24 @@ def test_the_html_memo_renders_again_when_the_code_that_fills_it_changes(tmp_pat
     edit(engine_copy / "build" / "mathml.py")
     HtmlMemo(path).get("highlight", "x", render)
     assert len(renders) == 2
+
+
+def test_a_parsed_page_in_the_cache_is_data_a_page_cannot_make_run(tmp_path):
+    """A page can write anything into the cache folder; the build loads parsed pages as JSON."""
+    import pickle
+
+    store = tmp_path / "parsed"
+    parsed_page(SOURCE, "docs/a.md", store)
+    kept = store / f"{path_name('docs/a.md')}.json"
+    head = kept.read_bytes().split(b"\n", 1)[0]
+    planted = tmp_path / "planted"
+
+    class Payload:
+        def __reduce__(self):
+            return (planted.write_text, ("ran",))
+
+    for suffix in (".json", ".pkl"):  # the stored file, or the name older builds read
+        body = pickle.dumps(Payload())
+        (store / f"{path_name('docs/a.md')}{suffix}").write_bytes(head + b"\n" + body)
+        assert parsed_page(SOURCE, "docs/a.md", store) == parse_page(SOURCE, "docs/a.md")
+    assert not planted.exists()

@@ -21,13 +21,12 @@ import functools
 import hashlib
 import json
 import os
-import pickle
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lessonlib.engine.worker.blocks import ParsedPage, parse_page
+from lessonlib.engine.worker.blocks import Block, Inline, ParsedPage, parse_page
 from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
 from lessonlib.engine.worker.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
@@ -58,10 +57,16 @@ def parsed_page(text: str, path: str, store: Path | None) -> ParsedPage:
     def parse() -> bytes:
         nonlocal page
         page = parse_page(text, path)
-        return pickle.dumps(page)
+        return json.dumps(asdict(page)).encode()
 
-    body = kept(store / f"{path_name(path)}.pkl", version, parse)
-    return page if page is not None else pickle.loads(body)  # noqa: S301 (the cache's own file, its digest checked)
+    # JSON, not a pickle: what the build loads from the cache is data, whoever wrote the file
+    body = kept(store / f"{path_name(path)}.json", version, parse)
+    return page if page is not None else _page_from(json.loads(body))
+
+
+def _page_from(data: dict) -> ParsedPage:
+    return ParsedPage(data["path"], data["lines"], [Block(**b) for b in data["blocks"]],
+                      [Inline(**i) for i in data["inlines"]], data["prose"])
 
 
 @functools.cache
