@@ -135,6 +135,8 @@ def device(request) -> torch.device:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(reused_passes, "reused_passes")
+    config.addinivalue_line("markers", "never_reused: always runs; a pass one run saw vouches for no other "
+                                       "(concurrency, load, timing)")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -172,11 +174,6 @@ def _reads_lessons(item: pytest.Item) -> bool:
 
 
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
-    reused = sum(1 for report in terminalreporter.stats.get("passed", [])
-                 if report.when == "call" and ("reused", True) in report.user_properties)
-    if reused:
-        terminalreporter.write_line(f"{reused} passes reused: each test passed before on the very same inputs "
-                                    "(tests/reused_passes.py; LESSONLIB_REFRESH=1 runs every test)")
     screenshots = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
     if config.getoption("screenshots") and screenshots.is_dir():
         terminalreporter.write_line(f"browser screenshots (desktop and 390-px phone): {screenshots}")

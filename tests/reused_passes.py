@@ -9,9 +9,11 @@ same machine then answers at once; any edit runs again every test whose inputs i
 (an edit to a lesson or to lessonlib: every test). The pass of each test is kept in the
 suite's cache (verdicts/), the latest one only.
 
-Runs everything again: LESSONLIB_REFRESH=1, an empty cache, --screenshots (whose pictures come
-from running), or a checkout that is not a git repository. Lesson pages (docs/) are not reused
-here: the page cache already answers them.
+Runs everything again: CI set (a run that must judge, as Bazel's --cache_test_results=no: CI
+services set it, and so does .ci/run through scripts/test), LESSONLIB_REFRESH=1, an empty cache,
+--screenshots (whose pictures come from running), or a checkout that is not a git repository. A
+test marked `never_reused` (timing, load, concurrency: what one run cannot vouch for) always runs.
+Lesson pages (docs/) are not reused here: the page cache already answers them.
 """
 from __future__ import annotations
 
@@ -102,12 +104,19 @@ def cache_dir(root: Path) -> Path:
     return load_settings(root / "mkdocs.yml").cache_dir
 
 
+def judging() -> str | None:
+    """Why no pass may be reused in this run, or None: CI is set (not to 0 or false)."""
+    ci = os.environ.get("CI", "").strip().lower()
+    return f"CI={os.environ['CI']} is set, so every test ran" if ci not in ("", "0", "false", "no") else None
+
+
 def verdict_for(item: pytest.Item) -> Verdict | None:
     """The item's recorded pass, or None where passes are not reused."""
     from lessonlib.engine.config import environment_settings
 
     root = Path(item.config.rootpath)
-    if root / "tests" not in item.path.parents or item.config.getoption("screenshots", False):
+    if (root / "tests" not in item.path.parents or item.config.getoption("screenshots", False) or judging()
+            or item.get_closest_marker("never_reused") is not None):
         return None
     inputs = module_inputs(root, item.path.relative_to(root).as_posix())
     if inputs is None:
@@ -148,3 +157,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
             verdict.record()
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """How many passes were reused, and why reuse was allowed or not."""
+    reused = sum(1 for report in terminalreporter.stats.get("passed", [])
+                 if report.when == "call" and ("reused", True) in report.user_properties)
+    why = judging() or ("LESSONLIB_REFRESH=1 is set, so every test ran"
+                        if os.environ.get("LESSONLIB_REFRESH") == "1" else None)
+    allowed = "neither CI nor LESSONLIB_REFRESH=1 is set"
+    terminalreporter.write_line(f"{reused} passes reused: " + (why or (
+        f"each passed before on the very same inputs; {allowed}" if reused else f"none passed before on these inputs; {allowed}")))

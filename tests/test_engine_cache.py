@@ -440,6 +440,7 @@ result = train(10, {log!r})
 """
 
 
+@pytest.mark.never_reused  # concurrency: one passing run vouches for no other
 def test_pages_side_by_side_compute_a_shared_memoized_call_once(tmp_path, tmp_path_factory, settings, experiment):
     """Both pages miss at the same moment; the second waits for the first's result instead of
     computing it again (the call takes long enough that, without the lock, both would run it)."""

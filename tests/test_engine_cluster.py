@@ -31,6 +31,7 @@ from lessonlib.engine.config import SCHEDULER, Settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
+pytestmark = pytest.mark.never_reused  # processes, threads and a real cluster: each run judges afresh
 CLUSTER_CONFIG = {"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 1}
 BOUND_S = 120  # stops a test that would otherwise hang; never a measure of speed
 

@@ -120,6 +120,7 @@ def test_helper_modules_and_data_files_are_published_only_when_a_page_links_them
     assert not {"helper.py", "data/private.csv"} & published
 
 
+@pytest.mark.never_reused  # concurrency: one passing run vouches for no other
 def test_builds_at_once_in_one_checkout_and_in_a_clone_run_each_page_once_and_all_publish(tmp_path, lessonlib_cli):
     """Build A runs the page, which holds until told; build B (same checkout) and build C (a clone
     of it elsewhere) start meanwhile, all three on one cache folder, as every clone shares the

@@ -100,3 +100,19 @@ def test_outside_a_git_checkout_every_test_runs(checkout, pytester):
     subprocess.run(["rm", "-rf", ".git"], cwd=pytester.path, check=True)
     assert checkout()[1] == 1
     assert checkout()[1] == 1
+
+
+@pytest.mark.parametrize("ci", ["true", "1"])
+def test_a_run_with_ci_set_reuses_no_pass_and_says_why(checkout, monkeypatch, ci):
+    checkout()[0].assert_outcomes(passed=1)
+    monkeypatch.setenv("CI", ci)
+    result, ran = checkout()
+    result.assert_outcomes(passed=1)
+    assert ran == 1 and f"0 passes reused: CI={ci} is set, so every test ran" in result.stdout.str()
+
+
+def test_a_test_marked_never_reused_always_runs(checkout, pytester):
+    marked = (pytester.path / "tests" / "test_a.py").read_text().replace(
+        "def test_counts", "import pytest\n\n@pytest.mark.never_reused\ndef test_counts")
+    (pytester.path / "tests" / "test_a.py").write_text(marked)
+    assert [checkout()[1] for _ in range(2)] == [1, 1]
