@@ -1,7 +1,7 @@
 """Material's search entries, page by page, from the HtmlMemo.
 
-The search plugin cuts every page's HTML into sections with an HTMLParser, every build. On the
-lessons that is a tenth of a warm build, most of it spent on the spans of highlighted code. A
+The search plugin cuts every page's HTML into sections with an HTMLParser, every build, a large
+share of a warm build's own work, most of it spent on the spans of highlighted code. A
 page's entries depend only on what the key below holds, so a page whose HTML, title, table of
 contents and front matter have not changed gets its entries from the memo; the index written
 is byte-identical.
