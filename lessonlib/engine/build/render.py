@@ -54,8 +54,8 @@ def checks_appendix(page: ParsedPage, values: dict[str, str] | None = None,
         return ""
     said = claims.sentences("".join(page.lines))
     out = [f'\n??? info "{CHECKS_TITLE}"\n\n',
-           "    Every claim on this page is checked when the site is built, by the code below: it runs where\n"
-           "    its section stands, and a claim that fails stops the build.\n"]
+           "    Each sentence quoted below is checked when the site is built, by the code under it: the code\n"
+           "    runs where its section stands, and a check that fails stops the build.\n"]
     for block in checks:
         out.append(f"\n    In *{section_of(page, block)}*:\n")
         for phrases, code in claims.segments(block):
