@@ -12,8 +12,8 @@ operations at once, as long as none needs another's result.
 Sequential steps are the time on a machine with as many parallel lanes as the widest step needs
 (about 2 * B * T * D numbers at once for a scan over a batch: a round multiplies both parts of
 every pair). A real machine has P lanes and needs at least max(steps, operations / P) rounds, and
-at most operations / P + steps (Brent): a CPU, with tens of lanes, is nearer operations / P. Only the forward pass is counted; moving data (views, copies, concatenation, lookup)
-is free.
+at most operations / P + steps (Brent): a CPU, with tens of lanes, is nearer operations / P.
+Only the forward pass is counted; moving data (views, copies, concatenation, lookup) is free.
 
     cost.count(lambda: model(x))  # -> Cost(sequential_steps=..., operations=...)
 """
