@@ -67,7 +67,8 @@ class LinearAttention(nn.Module):
     def forward(self, x: Tensor, S0: Tensor | None = None, last: int | None = None) -> tuple[Tensor, Tensor]:
         """The parallel (training) form, a masked matrix product: x (B, T, I), S0 (B, d_k, H) or None
         -> out (B, T, H), S_T (B, d_k, H). With `last`, only the last `last` positions come out
-        (B, last, H): only their queries are computed, so the cost is linear in T, not quadratic."""
+        (B, last, H): only their queries enter the scores, (B, last, T), so the operations grow linearly
+        in T, not with its square."""
         check_last(last)
         q, k, v = self.qkv(x)  # (B, T, d_k), (B, T, d_k), (B, T, H)
         T = x.shape[1]
