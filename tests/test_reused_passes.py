@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import subprocess
 
+import mkdocs.config.defaults  # noqa: F401  (MkDocs once, here: pytester's inner runs drop the modules they import,
+import mkdocs.theme  # noqa: F401  and MkDocs' YAML loader breaks when imported a second time)
 import pytest
 import reused_passes
 
@@ -31,6 +33,7 @@ def checkout(pytester, tmp_path_factory, monkeypatch):
     runs = tmp_path_factory.mktemp("runs") / "runs"
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
     monkeypatch.delenv("LESSONLIB_REFRESH", raising=False)
+    monkeypatch.delenv("CI", raising=False)  # the inner suites reuse passes, whether or not this suite runs on CI
     pytester.makefile(".yml", mkdocs="site_name: t\nplugins:\n  - lessonlib\n")
     (pytester.path / "docs").mkdir()
     pytester.makepyfile(conftest=CONFTEST, lessonlib="ok = True\n")
