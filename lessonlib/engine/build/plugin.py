@@ -161,7 +161,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             _write_to_site(site, (folder / name).as_posix(), svg)
         for name, data in result.outputs.published.items():  # lessonlib.publish, one page's files to a name
             where = (folder / name).as_posix()
-            if any(own in (where, f"{where}/") or own.startswith(f"{where}/") for own in self.site_files):
+            if any(own == where or own.startswith(f"{where}/") for own in self.site_files):
                 raise PluginError(f"{path}:1: lessonlib.publish({name!r}) would write over {where}, which the site "
                                   "has already: give the file another name")
             other = self.published.setdefault(where, path)
