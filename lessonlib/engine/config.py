@@ -141,6 +141,9 @@ def _lesson_config() -> type:
         publish_limit_mb = c.Type((int, float), default=10)
         """What one page may publish beside itself with lessonlib.publish (model weights ...),
         its files together; they are kept in its cache entry too."""
+        source_pages = c.ListOfItems(c.Type(str), default=[])
+        """Packages and modules (dotted names) whose code the site shows, a page per module,
+        each source block's label linking to its lines; empty: none."""
         scheduler = c.Optional(c.Type(str))
         """A Dask scheduler's address (tcp://host:8786): pages run on its workers, which see
         the project and the cache folder at the same paths; unset: on this machine

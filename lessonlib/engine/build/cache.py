@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from lessonlib.engine.worker.blocks import Block, Inline, ParsedPage, parse_page
 from lessonlib.engine.worker.inputs import Manifest
-from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
+from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Reference, Source
 from lessonlib.engine.worker.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
 
 if TYPE_CHECKING:
@@ -108,7 +108,8 @@ class PageCache:
             if entry["checksum"] != _checksum(payload):
                 raise ValueError("checksum mismatch")
             blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]],
-                                  Source(**b["source"]) if b.get("source") else None)
+                                  Source(**b["source"]) if b.get("source") else None,
+                                  [Reference(**r) for r in b.get("calls", [])])
                       for b in payload["blocks"]]
             published = {name: base64.b64decode(data, validate=True)
                          for name, data in payload.get("published", {}).items()}

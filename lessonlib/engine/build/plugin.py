@@ -20,8 +20,9 @@ from urllib.parse import urljoin
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
-from mkdocs.structure.files import get_files
+from mkdocs.structure.files import File, InclusionLevel, get_files
 
+from lessonlib.engine.build import source_pages
 from lessonlib.engine.build.docs_files import linked, unpublished
 from lessonlib.engine.build.html_memo import HtmlMemo, MemoHighlightExtension
 from lessonlib.engine.build.mathml import leftover_tex, source_line, to_mathml
@@ -102,8 +103,30 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         hidden = set(unpublished([(f.src_uri, f.is_documentation_page()) for f in ours], links))
         for file in [f for f in ours if f.src_uri in hidden]:
             files.remove(file)
+        self._add_source_pages(files, config)
         self.site_files = {f.dest_uri for f in files} | SITE_OWN  # what a page may not publish over
         return files
+
+    def _add_source_pages(self, files, config) -> None:
+        """A page per module that source_pages names, and their index (code/index.md)."""
+        self.source_files: dict[str, File] = {}  # "lessonlib/x.py": its page
+        branch = (config.edit_uri or "").strip("/").split("/")[1:2] or ["main"]  # blob/BRANCH/docs/
+        pages = []
+        for package in self.config.source_pages:
+            try:
+                found = source_pages.module_files(package)
+            except LookupError as e:
+                raise PluginError(f"{self.root / 'mkdocs.yml'}: {e}") from None
+            for module, path in found:
+                page = source_pages.source_page(module, path, config.repo_url or "", branch[0],
+                                                lambda text, render: self.memo.get("source", text, render))
+                pages.append(page)
+                file = File.generated(config, page.src_uri, content=page.markdown, inclusion=InclusionLevel.NOT_IN_NAV)
+                files.append(file)
+                self.source_files[page.file] = file
+        if pages:
+            index = source_pages.index_page(pages)
+            files.append(File.generated(config, f"{source_pages.FOLDER}/index.md", content=index))
 
     def on_pre_build(self, config):
         memoize_search(config.plugins.values(), self.memo)  # after every on_config: search makes its index there
@@ -140,7 +163,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         config.site_dir = str(self.staging.path)
 
     def on_page_markdown(self, markdown, page, config, files):
-        if not page.file.src_uri.endswith(".md"):  # a notebook page (mkdocs-jupyter renders it)
+        if not page.file.src_uri.endswith(".md") or page.file.generated_by:  # a notebook, a code page
             return markdown
         path = self._rel(page.file.abs_src_path)
         text = self._read(page.file.abs_src_path)
@@ -179,6 +202,11 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         link = f'<a href="{notebook}" download>Download this lesson as a Jupyter notebook</a>'
         return f"{rendered}\n{self._notebook_links(config, page, notebook, link)}\n"
 
+    def _line_url(self, page, name: str, line: int) -> str | None:
+        """The address of a line of a module's code page, from `page` (None: no such page)."""
+        file = self.source_files.get(name)
+        return f"{file.url_relative_to(page.file)}#{source_pages.LINE_ANCHOR.format(line=line)}" if file else None
+
     @staticmethod
     def _notebook_links(config, page, notebook: str, download: str = "") -> str:
         """The paragraph that offers a page's notebook: its download, and Colab where the site is published."""
@@ -190,9 +218,15 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         return f'<p class="lessonlib-download">{" · ".join(links)}</p>' if links else ""
 
     def on_page_content(self, html, page, config, files):
+        if page.file.generated_by:  # a code page
+            return html
+        html = source_pages.link_labels(html, lambda name, line: self._line_url(page, name, line))
         result = self.results.get(self._rel(page.file.abs_src_path))
         if result is not None and result.outputs is not None:
             html = fill_html_slots(html, result.page, result.outputs.blocks)
+            calls = {call.name: self._line_url(page, call.file, call.line)
+                     for block in result.outputs.blocks for call in block.calls}
+            html = source_pages.link_names(html, {name: url for name, url in calls.items() if url})
         html = to_mathml(html, self.memo)
         if page.file.src_uri.endswith(".ipynb"):  # an exercise: on_post_page writes its download
             notebook = Path(page.file.src_uri).name
@@ -212,7 +246,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
     def on_post_page(self, output, page, config):
         """The exercise notebook offered for download starts with the install cell, and the page
         links the stylesheets mkdocs-jupyter wrote into it."""
-        source = Path(page.file.abs_src_path)
+        source = Path(page.file.abs_src_path or page.file.src_uri)  # a code page has no file of its own
         if source.suffix == ".ipynb":
             text = published_exercise(source.read_text(encoding="utf-8"), self.install, page.file.src_uri)
             _write_to_site(Path(config.site_dir), (Path(page.file.dest_uri).parent / source.name).as_posix(), text)

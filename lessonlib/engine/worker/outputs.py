@@ -30,11 +30,22 @@ class Source:
 
 
 @dataclass
+class Reference:
+    """Where a function a block memoizes (``memo="lm.train_all"``) is defined: the site links the
+    name in the shown code to those lines."""
+
+    name: str  # its last part, as the code calls it: train_all
+    file: str  # as Source.file
+    line: int
+
+
+@dataclass
 class BlockOutput:
     text: str = ""
     figures: list[Figure] = field(default_factory=list)
     tables: list[DataTable] = field(default_factory=list)  # one per figure_data call
     source: Source | None = None  # a source block's
+    calls: list[Reference] = field(default_factory=list)  # the functions its memo= option names
 
     @property
     def size(self) -> int:

@@ -26,7 +26,7 @@ from lessonlib.engine.worker.capture import Capture, EscapedOutput
 from lessonlib.engine.worker.errors import LessonError, SetupError
 from lessonlib.engine.worker.memo import random_state_kept
 from lessonlib.engine.worker.outputs import BlockOutput, Figure
-from lessonlib.engine.worker.shown import NotFound, memoized, source_of
+from lessonlib.engine.worker.shown import NotFound, defined_at, memoized, source_of
 
 ALT_LIMIT = 150  # characters of a figure's alt text
 DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -62,7 +62,7 @@ class Session:
         start_page()
 
     def run(self, block: Block) -> BlockOutput:
-        shown = None
+        shown, calls = None, []
         with self.capture.block(block.start + 1) as captured:
             try:
                 if block.kind == "pycon":
@@ -70,6 +70,7 @@ class Session:
                 elif block.kind == SOURCE:
                     shown = source_of(block.options[SOURCE])
                 else:
+                    calls = defined_at(self.namespace, block.options.get("memo", ""))
                     with memoized(self.namespace, block.options.get("memo", "")):
                         self._run_exec(block)
             except (LessonError, SetupError):  # located already, or nobody's page's fault
@@ -89,7 +90,7 @@ class Session:
         page_files.check(self.path)
         [output] = captured
         svgs, tables = svg.take_figures(), svg.take_tables()
-        result = BlockOutput(output.text, [], tables, shown)
+        result = BlockOutput(output.text, [], tables, shown, calls)
         if block.check and (result.text or svgs):
             raise LessonError(self.path, block.start + 1, "a check block shows nothing, so it must not print or draw: "
                               "move what it shows to a block of its own")

@@ -3,6 +3,8 @@
 - ``source_of("module:object")``: a library object's code, for a ```python source="..."```
   block. It runs in the page's worker, so the module it imports is an input of the page like
   any other: editing the object re-renders the page.
+- ``defined_at(namespace, names)``: where the functions a ``memo="..."`` option names are
+  defined, for the site to link them.
 - ``memoized(namespace, names)``: the callables a block names in ``memo="..."``, memoized while
   it runs (as ``memo(f)(...)`` would, under the same keys), so that its code calls them plainly.
   The names are replaced in the page's globals by views that memoize them, not in their modules:
@@ -19,7 +21,7 @@ import types
 from collections.abc import Iterator
 
 from lessonlib.engine.worker.memo import memo
-from lessonlib.engine.worker.outputs import Source
+from lessonlib.engine.worker.outputs import Reference, Source
 
 
 class NotFound(Exception):
@@ -41,6 +43,23 @@ def source_of(target: str) -> Source:
         raise NotFound(f"no source to show ({e})") from None
     home = inspect.getmodule(found) or module
     return Source(textwrap.dedent("".join(lines)), _file_of(home), max(line, 1))
+
+
+def defined_at(namespace: dict, names: str) -> list[Reference]:
+    """The file and first line of each function `names` names that has Python source; a name that
+    does not resolve is left to memoized, which says what is wrong."""
+    found = []
+    for name in names.split():
+        root, *parts = name.split(".")
+        try:
+            target = _attribute(namespace[root], parts, root)
+            line = inspect.getsourcelines(target)[1]
+        except (KeyError, NotFound, TypeError, OSError):
+            continue
+        module = inspect.getmodule(target)
+        if module is not None:
+            found.append(Reference(name.rpartition(".")[2], _file_of(module), max(line, 1)))
+    return found
 
 
 def _file_of(module: object) -> str:
