@@ -13,7 +13,7 @@ import nbformat
 
 from lessonlib.engine.build.claims import binding
 from lessonlib.engine.build.notebook import to_notebook
-from lessonlib.engine.build.numerals import hand_typed_numerals
+from lessonlib.engine.build.numerals import hand_typed_numerals, hidden_values
 from lessonlib.engine.build.page import PageResult, execute_pages
 from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.blocks import ParsedPage, parse_page, read_page
@@ -125,13 +125,14 @@ def _execute(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _check(pages: list[Path]) -> int:
-    """Each numeral in prose, each quoted phrase no longer in the prose and each claim-like
-    sentence no check quotes, as ``docs/PATH.md:LINE: ...``; exit status 1 if there is any."""
+    """Each numeral in prose, each value a hidden block computed, each quoted phrase no longer in
+    the prose and each claim-like sentence no check quotes, as ``docs/PATH.md:LINE: ...``; exit
+    status 1 if there is any."""
     numerals = claims_unchecked = 0
     for page in pages:
         name = page.as_posix()
         text = read_page(page, name)
-        for numeral in hand_typed_numerals(text):
+        for numeral in sorted([*hand_typed_numerals(text), *hidden_values(text, name)], key=lambda n: n.line):
             print(f"{name}:{numeral.line}: {numeral}")
             numerals += 1
         found = binding(parse_page(text, name), text)
@@ -140,8 +141,9 @@ def _check(pages: list[Path]) -> int:
             claims_unchecked += 1
         print(f"{name}: {found.counts()}", file=sys.stderr)
     if numerals:
-        print(f"{numerals} numerals typed by hand: make each an inline value (`{{py}} expr`), or mark a "
-              "deliberate literal as `{lit} text`", file=sys.stderr)
+        print(f"{numerals} numbers typed by hand or computed in hidden blocks: make each an inline value "
+              "(`{py} expr`) over code the reader can see, or mark a deliberate literal as `{lit} text`",
+              file=sys.stderr)
     if claims_unchecked:
         print(f"{claims_unchecked} claims not bound to a check: quote each sentence, or a phrase of it, in the "
               'assert that checks it (assert ..., claim("phrase")), or follow it with <!-- not a claim -->',

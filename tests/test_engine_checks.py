@@ -7,7 +7,7 @@ import pytest
 from fixture_sites import make_site
 
 from lessonlib.engine.build.mathml import leftover_tex, source_line
-from lessonlib.engine.build.numerals import hand_typed_numerals
+from lessonlib.engine.build.numerals import hand_typed_numerals, hidden_values
 from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.build.render import (
     DATA_TITLE,
@@ -46,6 +46,37 @@ steps = 600  # numbers in code are code
 def test_numerals_in_prose_are_found_with_their_lines_and_nothing_else():
     found = [(n.line, n.text) for n in hand_typed_numerals(PROSE)]
     assert found == [(3, "64"), (4, "1,600"), (12, "3"), (14, "2"), (15, "0.5")]
+
+
+HIDDEN = """\
+```python exec hide-code
+import math
+from lessonlib.experiments import cost
+acc = 0.93
+def helper():
+    inner = 1
+[row for row in range(3)]
+```
+
+Imported: `{py} math.pi:.2f`, `{py} cost.__name__`; computed out of sight: `{py} acc:.0%`.
+Local names are not the block's: `{py} inner if False else row if False else 0`.
+
+```python exec
+acc = 0.5
+```
+
+Shown now: `{py} acc`.
+
+```python exec hide-code caption="Drawn at {width} and {acc}; {{literal}}"
+width = 3
+```
+"""
+
+
+def test_a_value_a_hidden_block_computed_is_found_and_imports_and_shown_values_are_not():
+    found = [(v.line, v.source, v.name, v.block_line) for v in hidden_values(HIDDEN)]
+    assert found == [(10, "acc:.0%", "acc", 1), (19, "width", "width", 19)]
+    assert "computed in the hidden block at line 1" in str(hidden_values(HIDDEN)[0])
 
 
 @pytest.mark.parametrize("option", ["alt", "caption"])

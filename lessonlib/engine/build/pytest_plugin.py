@@ -1,6 +1,7 @@
 """The pytest door: every page under docs/ with exec or pycon blocks is one test item, and
-every lesson page (docs/lessons/) gets two more: no numeral typed by hand in its prose, and every
-claim-like sentence bound to the check that quotes it (`python -m lessonlib check`).
+every lesson page (docs/lessons/) gets two more: every number in its prose comes from code the
+reader can see (no numeral typed by hand, no value a hidden block computed), and every claim-like
+sentence is bound to the check that quotes it (`python -m lessonlib check`).
 
 Each item goes through the build's executor: its page runs in a worker process of its own,
 unless the cache holds a result whose every recorded input is unchanged (a fresh clone, as in
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from lessonlib.engine.build.claims import binding
-from lessonlib.engine.build.numerals import hand_typed_numerals
+from lessonlib.engine.build.numerals import hand_typed_numerals, hidden_values
 from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import load_settings
 from lessonlib.engine.worker.blocks import parse_page
@@ -43,16 +44,17 @@ class LessonFile(pytest.File):
 class NumeralsItem(pytest.Item):
     def runtest(self) -> None:
         rel = self.path.relative_to(self.config.rootpath).as_posix()
-        numerals = hand_typed_numerals(self.path.read_text(encoding="utf-8"))
-        if numerals:
-            raise LessonError(rel, numerals[0].line, f"{len(numerals)} numerals typed by hand in prose",
-                              "\n".join(f"{rel}:{n.line}: {n}" for n in numerals))
+        text = self.path.read_text(encoding="utf-8")
+        found = sorted([*hand_typed_numerals(text), *hidden_values(text, rel)], key=lambda n: n.line)
+        if found:
+            raise LessonError(rel, found[0].line, f"{len(found)} numbers typed by hand or computed out of sight",
+                              "\n".join(f"{rel}:{n.line}: {n}" for n in found))
 
     def repr_failure(self, excinfo, style=None):
         return str(excinfo.value) if isinstance(excinfo.value, LessonError) else super().repr_failure(excinfo, style)
 
     def reportinfo(self):
-        return self.path, None, f"{self.path.name}: every number in prose comes from code"
+        return self.path, None, f"{self.path.name}: every number in prose comes from code the reader can see"
 
 
 class ClaimsItem(NumeralsItem):
