@@ -60,21 +60,31 @@ def no_memo(monkeypatch) -> None:
     monkeypatch.delenv("LESSONLIB_CACHE_DIR", raising=False)
 
 
+PREBUILT_SITE = "PREBUILT_SITE"
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Site:
     """The site, built once per test process (a page the suite is running meanwhile is waited for
     and read from the cache, not run twice: the engine locks each page) and served on a free port
     of 127.0.0.1; the build is told that address, since Material's instant navigation only follows
-    links under site_url, and the notebooks install lessonlib from there."""
-    path = tmp_path_factory.mktemp("site")
+    links under site_url, and the notebooks install lessonlib from there.
+
+    PREBUILT_SITE names a site built already, served as it is instead (to rerun browser tests
+    after a change to a stylesheet or a script copied into it): the tests that follow instant
+    navigation or install a notebook's lessonlib need it built with SITE_URL set to the address
+    it is served at. (Not LESSONLIB_*: the engine refuses a variable of that name it lacks.)"""
+    prebuilt = os.environ.get(PREBUILT_SITE)
+    path = Path(prebuilt) if prebuilt else tmp_path_factory.mktemp("site")
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=str(path)))
     url = f"http://127.0.0.1:{server.server_port}/"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
-    build = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(path)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
-    )
-    assert build.returncode == 0, build.stderr
+    if not prebuilt:
+        env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "SITE_URL": url}
+        build = subprocess.run(
+            [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(path)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200,
+        )
+        assert build.returncode == 0, build.stderr
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield Site(path, url)
     server.shutdown()
@@ -167,6 +177,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for page, filler in itertools.zip_longest(pages, fillers):
         ordered += [item for item in (page, filler) if item is not None]
     items[:] = ordered + others[len(fillers):] + readers
+    if os.environ.get(PREBUILT_SITE):  # its files are no test's inputs: a pass on it vouches for no other run
+        for item in readers:
+            item.add_marker("never_reused")
 
 
 def _reads_lessons(item: pytest.Item) -> bool:

@@ -3,7 +3,7 @@
 The site is built once per test process (the `site` fixture, tests/conftest.py), served on 127.0.0.1, and
 every page is checked for what a reader needs: no errors, no request to any other host, images
 with alt text, rendered math, no serious accessibility problem in either palette (axe-core), no
-sideways scrolling.
+sideways scrolling, figure text that reads on a 360-px phone.
 With --screenshots, a picture of each page in each view lands in test-artifacts/screenshots/.
 
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
 PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
+NARROW_PHONE = {"width": 360, "height": 800}  # the narrowest screen the course is read on
 SCHEMES = {"light": "default", "dark": "slate"}  # the reader's preference -> Material's palette
 TIMEOUT_MS = 60_000  # for any state to arrive, on a loaded machine
 
@@ -270,6 +271,74 @@ def test_fits_the_screen_with_no_serious_accessibility_violations(new_reader, ba
     if request.config.getoption("screenshots"):  # for a person to look at; seconds per long page
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"{path.strip('/').replace('/', '-') or 'home'}-{view}.png"), full_page=True)
+
+
+# The smallest text of every figure on view, in CSS px as rendered. A figure is an <img> of an SVG
+# (lessonlib.engine.worker.svg), in which matplotlib writes each text (a group "text_N") as a
+# <text>, not as glyph outlines (svg.fonttype "none"): the SVG, drawn inline off-screen at the
+# image's rendered size, gives each one's font size times the scale its viewBox and transforms
+# apply. An SVG inline in the page (none yet) is measured where it is.
+FIGURE_TEXT = """async () => {
+    const smallest = svg => {
+        const outlined = [...svg.querySelectorAll('g[id^=text_]')].filter(g => !g.querySelector('text'));
+        if (outlined.length) return {outlined: outlined.length};
+        const sizes = [...svg.querySelectorAll('text, tspan')].filter(t => t.textContent.trim()).map(t => {
+            const m = t.getScreenCTM();
+            return parseFloat(getComputedStyle(t).fontSize) * Math.sqrt(Math.abs(m.a * m.d - m.b * m.c));
+        });
+        return {px: sizes.length ? Math.min(...sizes) : null};
+    };
+    const figures = [];
+    for (const img of document.querySelectorAll('article img')) {
+        const box = img.getBoundingClientRect();
+        if (!box.width) continue;  // not on view
+        const file = await (await fetch(img.currentSrc)).text();
+        const svg = new DOMParser().parseFromString(file, 'image/svg+xml').documentElement;
+        svg.setAttribute('width', box.width);
+        svg.setAttribute('height', box.height);
+        const host = document.createElement('div');
+        host.style.cssText = 'position: absolute; left: -100000px; top: 0; visibility: hidden';
+        host.append(document.importNode(svg, true));
+        document.body.append(host);
+        figures.push({figure: img.currentSrc.split('/').pop().slice(0, 40), width: box.width, ...smallest(host.firstChild)});
+        host.remove();
+    }
+    for (const svg of document.querySelectorAll('article svg'))
+        if (svg.querySelector('text')) figures.push({figure: 'inline SVG', ...smallest(svg)});
+    return figures;
+}"""
+
+# Every exploration's frames on view at once, laid out as each is when it is the one shown.
+EVERY_FRAME = "() => document.querySelectorAll('.lessonlib-exploration__frame').forEach(f => f.classList.add('is-current'))"
+
+# What scrolls sideways in its own box (figures, display maths), and whether the keyboard reaches it.
+SCROLLERS = """() => [...document.querySelectorAll('article :is(.lessonlib-figure, div.arithmatex)')]
+    .filter(box => box.scrollWidth > box.clientWidth)
+    .map(box => ({box: box.className, overflow: getComputedStyle(box).overflowX,
+                  focusable: box.tabIndex === 0 && !!box.getAttribute('aria-label')}))"""
+
+MIN_FIGURE_TEXT_PX = 9
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+@pytest.mark.parametrize("path", site_pages())
+def test_figures_and_formulas_read_on_a_360px_phone(new_reader, base_url, path, scheme):
+    """On a 360-px phone, in either palette, the smallest text of every figure renders at 9 CSS px
+    or more (a wide figure keeps its size and scrolls sideways in its own box), and a long formula
+    scrolls in its own box: neither widens the page, and the keyboard reaches both."""
+    page = new_reader(viewport=NARROW_PHONE, color_scheme=scheme).open(base_url + path)
+    assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme]
+    open_every_details(page)
+    width = page.evaluate("document.scrollingElement.scrollWidth")
+    assert width <= NARROW_PHONE["width"], f"{path} scrolls sideways at 360 px: {width}px wide"
+    for box in page.evaluate(SCROLLERS):
+        assert box["overflow"] in ("auto", "scroll") and box["focusable"], f"{path}: {box}"
+    page.evaluate(EVERY_FRAME)
+    figures = page.evaluate(FIGURE_TEXT)
+    outlined = [f for f in figures if "outlined" in f]
+    assert not outlined, f"{path}: text drawn as outlines, which this test cannot measure: {outlined}"
+    small = [f for f in figures if f["px"] is not None and f["px"] < MIN_FIGURE_TEXT_PX]
+    assert not small, f"{path}: figure text under {MIN_FIGURE_TEXT_PX} px at 360 px: {small}"
 
 
 def test_search_finds_the_forget_gate(reader, base_url):

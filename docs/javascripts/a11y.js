@@ -1,9 +1,11 @@
 /* Accessibility fixes the theme leaves to the site (axe-core checks them in tests/test_site_browser.py):
    - the search dialog gets a name;
    - a box that scrolls sideways (wide math, a long line of code in the notebook or in a
-     collapsed answer) can be reached and scrolled with the keyboard: it becomes focusable, with
-     a role and a name. Whether a box scrolls depends on the window's width and on whether its
-     <details> or tab is open, so this is redone whenever one of those changes.
+     collapsed answer, a figure at its own size on a phone) can be reached and scrolled with the
+     keyboard: it becomes focusable, with a name (and a role, where it has none). Whether a box
+     scrolls depends on the window's width, on whether its <details> or tab is open and on its
+     images' sizes, so this is redone whenever one of those changes, once the page's images have
+     loaded.
    Once done for the page on view, <html data-lessonlib-ready> holds the page's path, and
    data-lessonlib-checks counts the checks done so far: tests (and any other script) wait for
    those states, not for the load event, which comes before Material's document$ on a first
@@ -11,10 +13,11 @@
 (function () {
   "use strict";
 
-  const CANDIDATES = ".md-content :is(div, pre, code)";
+  const CANDIDATES = ".md-content :is(div, pre, code, .lessonlib-figure)";
   const FOCUSABLE = "a[href], button, input, select, textarea, [tabindex]";
 
   function kind(box) {
+    if (box.matches(".lessonlib-figure")) return "Figure";
     if (box.matches(".arithmatex")) return "Formula";
     return box.querySelector("table") ? "Table" : "Code";
   }
@@ -37,7 +40,8 @@
       if (scrollsSideways(box)) {
         if (ours || box.hasAttribute("tabindex") || box.querySelector(FOCUSABLE)) continue;
         box.tabIndex = 0;
-        box.setAttribute("role", "group");
+        // a figure (or an exploration's frame, a list item) keeps its own role
+        if (!box.matches(".lessonlib-figure")) box.setAttribute("role", "group");
         box.setAttribute("aria-label", kind(box) + ", scrolls sideways");
         box.dataset.lessonlibScroller = "";
       } else if (ours) {
@@ -48,8 +52,15 @@
     document.documentElement.dataset.lessonlibChecks = String(++checks);
   }
 
-  function setUp() {
+  let views = 0;
+
+  async function setUp() {
+    const view = ++views;
     nameSearchDialog();
+    // a figure scrolls once its image has its size
+    const images = [...document.querySelectorAll(".md-content img")];
+    await Promise.all(images.map((image) => image.decode().catch(() => {})));
+    if (view !== views) return; // the reader has moved on to another page meanwhile
     makeScrollersFocusable();
     document.documentElement.dataset.lessonlibReady = location.pathname;
   }
