@@ -5,10 +5,13 @@ computes from exactly those tensors (lessonlib/export.py). Here Debian's Chromiu
 page, runs the page's own script on the prompts, and every logit must be within 1e-4 of
 PyTorch's (the GPT both step by step and in one pass over the window); then the widget is driven
 by keyboard alone, in both palettes and on a 360-px screen: the prediction, an LSTM cell's
-colouring, a head's attention. A burst of typing is counted (predictions shown, positions read),
-never timed; reduced motion, failed weights and a page without JavaScript are checked too.
+colouring, a head's attention. A burst of typing, and a key typed at the end of a long prompt, are
+counted (predictions shown, positions read, the shading kept), never timed: scripts/bench_browser_model.py
+times them. Hostile input (emoji, joiners, right-to-left and control characters, a top-k out of range),
+reduced motion, failed weights and a page without JavaScript are checked too.
 Uses the fixtures of tests/test_site_browser.py and the one browser of tests/conftest.py (the site
-is built once per test process).
+is built once per test process). PREBUILT_SITE=DIR serves a site already built instead
+(one with at least the language-model page, such as a mini site of that page alone).
 """
 from __future__ import annotations
 
@@ -26,7 +29,11 @@ PAGE = "lessons/language-model/"
 TOLERANCE = 1e-4
 READY = "() => document.querySelector('.char-model').dataset.charModelReady"
 
+PREDICTIONS = "+document.querySelector('.char-model').dataset.predictions"  # moves once per prediction shown
+LONG = "To be, or not to be. " * 500  # 10,500 characters
+
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="no Chromium at /usr/bin/chromium")
+
 
 COMPARE = """async ([manifests, reference]) => {
     const api = window.lessonlibCharModels, out = {};
@@ -37,13 +44,15 @@ COMPARE = """async ([manifests, reference]) => {
             const {tokens, skipped} = api.encode(model, prompt);
             if (skipped.length || tokens.length !== [...prompt].length) throw new Error('prompt not in the vocabulary');
             const want = reference.logits[name][k];
-            // step by step (the LSTM; the GPT through its KV cache), and the GPT's whole window in one pass
-            const paths = [api.logits(model, tokens)];
-            if (name === 'gpt') paths.push(api.gptForward(model, tokens, true).logits);
-            for (const got of paths) {
-                if (got.length !== want.length) throw new Error(`${name}: ${got.length} positions, not ${want.length}`);
+            // step by step (the LSTM; the GPT through its KV cache), and the GPT's whole window in one pass:
+            // every row's logits, and the last row's alone (what the widget reads)
+            const paths = [[api.logits(model, tokens), want]];
+            if (name === 'gpt') paths.push([api.gptForward(model, tokens, true).logits, want],
+                                           [[api.gptForward(model, tokens).logits], want.slice(-1)]);
+            for (const [got, rows] of paths) {
+                if (got.length !== rows.length) throw new Error(`${name}: ${got.length} positions, not ${rows.length}`);
                 got.forEach((row, i) => row.forEach((v, j) => {
-                    worst = Math.max(worst, Number.isFinite(v) ? Math.abs(v - want[i][j]) : Infinity); count++; }));
+                    worst = Math.max(worst, Number.isFinite(v) ? Math.abs(v - rows[i][j]) : Infinity); count++; }));
             }
         });
         out[name] = {worst, count};
@@ -80,8 +89,9 @@ def test_the_pages_own_script_computes_pytorchs_logits(reader, site, base_url):
     result = page.evaluate(COMPARE, [models, reference])
     print("largest logit difference:", {name: f"{r['worst']:.2e} over {r['count']:,} logits" for name, r in result.items()})
     for name in ("lstm", "gpt"):
-        paths = 2 if name == "gpt" else 1
-        assert result[name]["count"] == paths * sum(len(p) for p in reference["prompts"]) * len(reference["logits"][name][0][0])
+        rows = sum(len(p) for p in reference["prompts"]) * (2 if name == "gpt" else 1)
+        rows += len(reference["prompts"]) if name == "gpt" else 0  # the last rows alone
+        assert result[name]["count"] == rows * len(reference["logits"][name][0][0])
         assert result[name]["worst"] <= TOLERANCE, f"{name}: a logit differs from PyTorch's by {result[name]['worst']:.2e}"
     assert not reader.errors, reader.errors
 
@@ -147,7 +157,7 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
     page.keyboard.press("Control+a")
     clear_status(page)
     page.keyboard.type("3")
-    s = wait_status(page, "^LSTM")
+    s = wait_status(page, r"^Top-k 3\. LSTM: most likely")
     page.wait_for_function("() => document.querySelectorAll('.char-model__table tbody tr').length === 10")
     s = state(page)
     assert sum(float(p.rstrip("%")) > 0 for _, p in s["rows"]) <= 3, "top-k 3: three characters at most"
@@ -170,11 +180,9 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
     assert shading["hidden"] == "true", "the shading is hidden from screen readers: the summary says it in words"
     assert s["status"] == shading["summary"]
 
-    # a 10,000-character prompt is cut, with a note
-    clear_status(page)
-    page.evaluate("() => { const p = document.querySelector('.char-model__prompt');"
-                  " p.value = 'To be, or not to be. '.repeat(500).slice(0, 10000); p.dispatchEvent(new Event('input')); }")
-    s = wait_status(page, "reads the last 2,000 of these 10,000 characters")
+    # a 10,000-character prompt is read whole, its shading in a box of its own
+    set_prompt(page, LONG[:10000])
+    assert page.inner_text(".char-model__inside-summary").startswith("Cell 1, tanh(c) over the 10,000 characters read")
     assert page.evaluate("document.documentElement.scrollWidth") <= 360, "fits a 360-px screen"
     assert not (violations := serious_violations(page)), "\n".join(violations)
     assert not reader.errors, reader.errors
@@ -183,8 +191,9 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
 
 def inside(page) -> dict:
     """The shaded characters (hidden from screen readers) and the summary of what they show."""
-    return page.evaluate("""() => { const w = document.querySelector('.char-model__shaded'), spans = [...w.children];
-        return {text: spans.map(s => s.textContent).join(''), titles: spans.filter(s => s.title).length,
+    return page.evaluate("""() => { const w = document.querySelector('.char-model__shaded'),
+            spans = [...w.querySelectorAll('[title]')];
+        return {text: w.textContent, titles: spans.length,
                 coloured: spans.filter(s => s.style.backgroundColor && !/, 0\\)$/.test(s.style.backgroundColor)).length,
                 hidden: w.getAttribute('aria-hidden'),
                 summary: document.querySelector('.char-model__inside-summary').textContent}; }""")
@@ -297,3 +306,119 @@ def test_without_javascript_the_samples_stand_in(new_reader, base_url):
     assert figure.get_attribute("src") == curves.get_attribute("src")
     assert figure.get_attribute("alt") == curves.get_attribute("alt")
     assert page.evaluate("document.querySelector('.char-model__fallback img').naturalWidth") > 0, "the image loads"
+
+
+def shown_after(page, action) -> None:
+    """Do `action`, then wait until the prediction it causes is shown."""
+    before = page.evaluate(PREDICTIONS)
+    action()
+    page.wait_for_function(f"() => {PREDICTIONS} > {before}")
+
+
+def set_prompt(page, text: str) -> None:
+    """The whole prompt at once, as a paste would; its prediction shown."""
+    shown_after(page, lambda: page.evaluate("t => { const p = document.querySelector('.char-model__prompt');"
+                                            " p.value = t; p.dispatchEvent(new Event('input')); }", text))
+
+
+def lstm_page(new_reader, base_url):
+    page = new_reader().open(base_url + PAGE)
+    shown_after(page, lambda: page.check("input[value=lstm]"))
+    return page
+
+
+def test_a_key_at_the_end_of_a_long_prompt_reads_one_character(new_reader, base_url):
+    """The LSTM carries its state: one key typed at the end of 10,500 characters is one step, and
+    the shading keeps what it drew and adds the one character (scripts/bench_browser_model.py
+    times it: at most 16 ms). The paste itself is read a slice at a time, the page answering between."""
+    page = lstm_page(new_reader, base_url)
+    page.evaluate("() => { const note = document.querySelector('.char-model__note'); window.notes = [];"
+                  " new MutationObserver(() => notes.push(note.textContent)).observe(note, {childList: true}); }")
+    set_prompt(page, LONG)
+    assert "Reading: 1,000 of 10,500 characters…" in page.evaluate("notes"), "the paste is read a slice at a time"
+    before = page.evaluate("() => { document.querySelector('.char-model__shaded [title]').dataset.kept = '';"
+                           " return lessonlibCharModels.stats.steps; }")
+    page.locator(".char-model__prompt").focus()
+    page.keyboard.press("Control+End")
+    shown_after(page, lambda: page.keyboard.press("T"))
+    steps, kept, shaded = page.evaluate("""() => [lessonlibCharModels.stats.steps,
+        !!document.querySelector('.char-model__shaded [data-kept]'),
+        document.querySelectorAll('.char-model__shaded [title]').length]""")
+    assert steps - before == 1, f"{steps - before} LSTM steps for one key typed at the end"
+    assert kept, "the characters shaded before the key are kept, not drawn again"
+    assert shaded == len(LONG) + 1
+
+
+NOTE_PARTS = """selector => { const e = document.querySelector(selector), text = e.textContent;
+    // where each piece of the sentence outside the characters named starts: in reading order if nothing garbles it
+    const starts = [...e.childNodes].filter(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim()).map(n => {
+        const range = document.createRange(); range.selectNodeContents(n);
+        const first = range.getClientRects()[0]; return [first.top, first.left]; });
+    return {text, items: [...e.querySelectorAll('bdi')].map(b => b.textContent),
+            inOrder: starts.every(([top, left], i) => !i || top > starts[i - 1][0] + 2
+                                  || (Math.abs(top - starts[i - 1][0]) <= 2 && left > starts[i - 1][1])),
+            invisible: /[\\p{Cc}\\p{Cf}]/u.test(text)}; }"""
+
+
+def test_characters_are_counted_as_a_reader_sees_them(new_reader, base_url):
+    """Four emoji are four characters, whatever their code points; a zero-width joiner on its own is
+    named, never an empty item."""
+    page = new_reader().open(base_url + PAGE)
+    set_prompt(page, "\u200dHam. 👍🏽❤️👨‍👩‍👧🇫🇷\nTo b")  # the emoji: 11 code points
+    note = page.evaluate(NOTE_PARTS, ".char-model__note")
+    assert note["text"].startswith("Skipped 5 characters the model has never seen"), note
+    assert note["items"] == ["U+200D", "👍🏽", "❤️", "👨‍👩‍👧", "🇫🇷"], note
+    assert page.evaluate(NOTE_PARTS, ".char-model__status")["items"] == note["items"]
+
+
+def test_right_to_left_and_control_characters_are_shown_isolated(new_reader, base_url):
+    """A right-to-left override, a Hebrew letter and a bell, each named in a <bdi>: the sentence
+    around them reads in order, in the note and in what is announced."""
+    page = new_reader().open(base_url + PAGE)
+    set_prompt(page, "To be\u202e, or \u05e9 not\x07 to b")
+    for part in (".char-model__note", ".char-model__status"):
+        got = page.evaluate(NOTE_PARTS, part)
+        assert got["items"] == ["U+202E", "\u05e9", "U+0007"], got
+        assert "Skipped 3 characters the model has never seen (" in got["text"], got
+        assert not got["invisible"], f"{part}: a control character itself, not its name"
+        assert got["inOrder"], f"{part}: the sentence around the characters is out of order"
+    assert not (violations := serious_violations(page)), "\n".join(violations)
+
+
+def test_a_top_k_out_of_range_is_corrected_and_said(new_reader, base_url):
+    page = new_reader().open(base_url + PAGE)
+    field = page.locator(".char-model__top-k")
+    vocab = field.get_attribute("max")
+    for typed, used in (("0", "1"), ("-5", "1"), ("2.6", "3"), ("1000", vocab), ("5", "5")):
+        clear_status(page)
+        shown_after(page, lambda: field.fill(typed))
+        assert field.input_value() == used, f"top-k {typed}: the field shows {field.input_value()}"
+        said = (f"Top-k {used}. " if typed == used
+                else f"Top-k takes a whole number from 1 to {vocab}: {typed} became {used}. ")
+        assert state(page)["status"].startswith(said + "Transformer: most likely"), state(page)["status"]
+    rows = state(page)["rows"]
+    assert sum(float(p.rstrip("%")) > 0 for _, p in rows) == 5, rows
+    clear_status(page)
+    page.click(".char-model__write")
+    assert wait_status(page, "^Wrote")["status"] == "Wrote 200 characters at temperature 1.0, top-k 5."
+
+
+def test_the_cell_view_is_a_bounded_box_counted_in_the_prompt(new_reader, base_url):
+    """10,500 characters shaded in a box that scrolls, open at the prompt's end; the summary and
+    each character's title count positions in the prompt, a skipped character included."""
+    page = lstm_page(new_reader, base_url)
+    prompt = "😀\n" + LONG
+    set_prompt(page, prompt)
+    box = page.evaluate("""() => { const b = document.querySelector('.char-model__shaded');
+        return {overflow: getComputedStyle(b).overflowY, height: b.clientHeight, content: b.scrollHeight,
+                end: b.scrollTop + b.clientHeight, viewport: innerHeight,
+                last: [...b.querySelectorAll('[title]')].at(-1).title}; }""")
+    assert box["overflow"] in ("auto", "scroll") and box["height"] <= box["viewport"] / 2 < box["content"], box
+    assert box["end"] >= box["content"] - 2, "the box opens at the prompt's end, where the reader types"
+    assert box["last"].startswith(f"space, character {len(prompt):,}:"), box["last"]
+    summary = page.inner_text(".char-model__inside-summary")
+    found = re.findall(r"[+−]\d\.\d\d at (\S+) \(character ([\d,]+)\)", summary)
+    assert len(found) == 6, summary
+    names = {" ": "space", "\n": "newline"}
+    for name, position in found:
+        assert names.get(c := prompt[int(position.replace(",", "")) - 1], c) == name, (name, position, summary)

@@ -2,15 +2,19 @@
 
 A result may be reused only while everything the page (or the memoized call) really read is
 unchanged: its code, the project modules it imported, the files and folders it read, the
-environment variables it read, the installed versions. Each test changes one of these.
+environment variables it read, the installed versions. Each test changes one of these. The
+cache is the build's: a page may not write into it, and what the build loads from it is what
+the engine sealed, never a pickle someone else planted.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
 import re
 import shutil
+import stat
 import uuid
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +25,7 @@ from lessonlib.engine.build import cache as cache_module
 from lessonlib.engine.build.page import PACKAGE_ROOT, execute_page, execute_pages
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker import store
+from lessonlib.engine.worker.errors import LessonError, WriteError
 
 PATH = "docs/fixture.md"
 
@@ -520,3 +525,148 @@ def test_prune_goes_by_last_use_and_leaves_a_held_lock(tmp_path):
     held.release()
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.*")) == [
         "memo/mid.lock", "pages/new.json"]
+
+
+# --- the cache belongs to the build (issue 67, class 5) -------------------------------------------
+
+ADDS = "# Sums\n\n```python exec\nprint('2 + 2 =', 2 + 2)\n```\n"
+FORGE = """\
+import hashlib, json
+payload = {"blocks": [{"text": "2 + 2 = 5\\n", "figures": [], "tables": [], "source": None}], "inline": {},
+           "manifest": {kind: {} for kind in ("modules", "files", "dirs", "probes", "env", "dists")}}
+checksum = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+forged = json.dumps({"checksum": checksum, "payload": payload})
+"""
+
+
+def entry_of(settings: Settings) -> Path:
+    (entry,) = (settings.cache_dir / "pages").glob("*.json")
+    return entry
+
+
+def test_a_page_cannot_rewrite_another_pages_entry(tmp_path, settings):
+    """The issue's case: a page rewrote another's entry, and the site showed "2 + 2 = 5". The
+    write is refused at its line; and an entry forged elsewhere (a process, another program) is
+    not the build's, so the page runs again and shows what it computes."""
+    assert execute_page(ADDS, "docs/adds.md", settings).outputs.blocks[0].text == "2 + 2 = 4\n"
+    entry = entry_of(settings)
+    rewrites = f"```python exec\n{FORGE}open({str(entry)!r}, 'w').write(forged)\n```\n"
+    with pytest.raises(LessonError) as refused:
+        execute_page(rewrites, "docs/rewrites.md", settings)
+    assert refused.value.line == 7 and "\n" not in str(refused.value), str(refused.value)
+    assert f"writes {entry}, in the build's cache, which only the build writes" in str(refused.value)
+    again = execute_page(ADDS, "docs/adds.md", settings)
+    assert again.from_cache and again.outputs.blocks[0].text == "2 + 2 = 4\n"
+
+    namespace: dict = {}
+    exec(FORGE, namespace)  # as a page's subprocess or another program would write it
+    entry.write_text(namespace["forged"])
+    forged = execute_page(ADDS, "docs/adds.md", settings)
+    assert not forged.from_cache and forged.outputs.blocks[0].text == "2 + 2 = 4\n"
+
+
+CACHE_WRITES = {
+    "remove an entry": "import os\nos.remove({entry!r})",
+    "remove the cache": "import shutil\nshutil.rmtree({cache!r})",
+    "touch an entry": "import os\nos.utime({entry!r})",
+    "a new file": "import os\nopen(os.path.join({cache!r}, 'memo', 'planted.pkl'), 'wb')",
+    "a link to an entry": "import os, lessonlib\nos.symlink({entry!r}, lessonlib.scratch() / 'entry')",
+    "inside a memoized call": "import lessonlib\nlessonlib.memo(lambda: open({cache!r} + '/memo/x.pkl', 'wb'))()",
+    "by a process": "import subprocess\nsubprocess.run(['cp', '/dev/null', {entry!r}], check=True)",
+}
+
+
+def test_every_write_into_the_cache_from_a_page_is_refused_at_its_line(tmp_path, settings):
+    execute_page(ADDS, "docs/adds.md", settings)
+    entry = entry_of(settings)
+    before = entry.read_bytes()
+    pages = [(f"# W\n\n```python exec\n{code.format(entry=str(entry), cache=str(settings.cache_dir))}\n```\n",
+              f"docs/w{n}.md") for n, code in enumerate(CACHE_WRITES.values())]
+    results = execute_pages(pages, Settings(root=tmp_path, cache_dir=settings.cache_dir, workers=2))
+    wrong = {kind: getattr(result, "message", "ran") for kind, result in zip(CACHE_WRITES, results)
+             if not (isinstance(result, WriteError) and result.line == 5 and "\n" not in str(result)
+                     and "in the build's cache" in str(result) and result.by_process == (kind == "by a process"))}
+    assert wrong == {}
+    assert not (settings.cache_dir / "memo/planted.pkl").exists()
+    assert not (settings.cache_dir / "memo/x.pkl").exists()
+    assert entry.read_bytes() == b"" or entry.read_bytes() == before  # the process's copy, seen after the fact
+    assert execute_page(ADDS, "docs/adds.md", settings).outputs.blocks[0].text == "2 + 2 = 4\n"
+
+
+PLANTED = """\
+import os
+
+
+class Planted:
+    def __reduce__(self):
+        return os.makedirs, ({marker!r}, 0o777, True)
+"""
+
+
+def planted_pickle(tmp_path: Path, marker: Path) -> bytes:
+    """A pickle that, unpickled, makes the folder `marker`: proof that it ran."""
+    import pickle
+
+    namespace: dict = {}
+    exec(PLANTED.format(marker=str(marker)), namespace)
+    return pickle.dumps(namespace["Planted"]())
+
+
+def test_a_planted_memo_result_is_never_unpickled(tmp_path, settings, experiment):
+    """A result file replaced, and its entry's digest made to match: the entry is not sealed by
+    the engine, so the call runs again; the pickle never runs."""
+    log, marker = tmp_path.parent / f"{tmp_path.name}.log", tmp_path.parent / f"{tmp_path.name}.ran"
+    first = execute_page(memo_page(log), PATH, settings)
+    for entry_path in (settings.cache_dir / "memo").glob("*.json"):
+        planted = planted_pickle(tmp_path, marker)
+        entry_path.with_suffix(".pkl").write_bytes(planted)
+        entry = json.loads(entry_path.read_text())
+        entry["result_sha256"] = hashlib.sha256(planted).hexdigest()
+        entry_path.write_text(json.dumps(entry))
+    again = execute_page(memo_page(log, later="x = 1"), PATH, settings)
+    assert not marker.exists(), "the planted pickle ran"
+    assert runs(log) == 2 and again.outputs.values == first.outputs.values
+
+
+def test_a_planted_parsed_page_is_never_loaded(tmp_path):
+    """The issue's parsed/*.pkl is never read (parsed pages are JSON); a parsed page forged in
+    JSON, with the digest the store once checked, is not the engine's: the page is parsed again."""
+    store, marker = tmp_path / "parsed", tmp_path / "ran"
+    text = "```python exec\nprint(2 + 2)\n```\n"
+    cache_module.parsed_page(text, PATH, store)
+    kept = store / f"{cache_module.path_name(PATH)}.json"
+    kept.with_suffix(".pkl").write_bytes(planted_pickle(tmp_path, marker))
+    forged = json.loads(kept.read_bytes().split(b"\n", 1)[1])
+    forged["blocks"][0]["code"] = "print(5)\n"
+    body = json.dumps(forged).encode()
+    version = hashlib.sha256(json.dumps([PATH, text, cache_module._parser_code()]).encode()).hexdigest()
+    kept.write_bytes(f"{version} {hashlib.sha256(body).hexdigest()}".encode() + b"\n" + body)
+    assert cache_module.parsed_page(text, PATH, store).blocks[0].code == "print(2 + 2)\n"
+    assert not marker.exists()
+
+
+def test_a_kept_file_that_the_engine_did_not_seal_is_made_again(tmp_path):
+    """Parsed pages, notebooks and the wheel are kept with store.kept: the same holds for each."""
+    file = tmp_path / "notebooks" / "page.ipynb"
+    assert store.kept(file, "v1", lambda: b"made") == b"made"
+    file.write_bytes(b"v1 " + hashlib.sha256(b"forged").hexdigest().encode() + b"\nforged")
+    assert store.kept(file, "v1", lambda: b"made again") == b"made again"
+    assert store.kept(file, "v1", lambda: b"not made") == b"made again", "sealed: kept"
+
+
+def test_a_folders_key_is_made_once_and_only_its_owner_reads_it(tmp_path):
+    seal = store.seal(tmp_path / "memo", b"entry")
+    assert store.seal(tmp_path / "memo", b"entry") == seal != store.seal(tmp_path / "other", b"entry")
+    assert store.seal(tmp_path / "memo", b"ent", b"ry") != seal, "the parts are framed"
+    assert stat.S_IMODE((tmp_path / "memo" / store.KEY).stat().st_mode) == 0o600
+    assert store.sealed(tmp_path / "memo", seal, b"entry") and not store.sealed(tmp_path / "memo", seal, b"other")
+
+
+@pytest.mark.timeout(60)  # reading a pipe would wait forever
+def test_a_pipe_in_place_of_a_key_or_a_kept_file_is_replaced_not_read(tmp_path):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    os.mkfifo(folder / store.KEY)
+    os.mkfifo(folder / "page.ipynb")
+    assert store.kept(folder / "page.ipynb", "v1", lambda: b"made") == b"made"
+    assert (folder / store.KEY).is_file() and store.kept(folder / "page.ipynb", "v1", lambda: b"not made") == b"made"

@@ -40,7 +40,7 @@ def test_descriptor_level_output_lands_on_its_block_in_order():
     assert texts == ["one\ntwo\nthree\nfour\nfive\nsix\n", "seven\n"]
 
 
-def test_descriptor_level_output_over_the_limit_fails_the_block(capfd):
+def test_descriptor_level_output_over_the_limit_fails_at_the_statement_that_wrote_it(capfd):
     page = """\
         ```python exec
         import os
@@ -49,8 +49,65 @@ def test_descriptor_level_output_over_the_limit_fails_the_block(capfd):
         """
     with pytest.raises(LessonError) as info:
         run(page, output_limit_kb=1)
-    assert str(info.value).startswith(f"{PATH}:1: this block's output is larger than the limit of 1 KB")
+    assert str(info.value).startswith(f"{PATH}:3: this block's output is larger than the limit of 1 KB")
     assert len(capfd.readouterr().err) < 10_000, "the build's log never sees a block's output"
+
+
+WRITERS = {  # the statement that takes the block over 1 KB, at line 8; what came before stays under it
+    "os.write(2, ...)": "os.write(2, b'x' * 2000)",
+    "sys.stdout.buffer": "sys.stdout.buffer.write(b'x' * 2000)",
+    "sys.stderr.write": "sys.stderr.write('x' * 2000)",
+    "print in a function": "shout(2000)",  # named at the function's line that wrote
+    "a thread, joined": "t = threading.Thread(target=shout, args=(2000,)); t.start(); t.join()",
+    "logging": "logging.getLogger('page').warning('x' * 2000)",
+}
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_output_over_the_limit_fails_at_the_line_that_took_it_over(writer):
+    page = f"""\
+        ```python exec
+        import logging, os, sys, threading
+
+        def shout(n):
+            print("x" * n)
+
+        os.write(1, b"under the limit " * 20)
+        {WRITERS[writer]}
+        print("more, past the limit")
+        ```
+        """
+    with pytest.raises(LessonError) as info:
+        run(page, output_limit_kb=1)
+    line = 5 if writer in ("print in a function", "a thread, joined") else 8
+    assert str(info.value).startswith(f"{PATH}:{line}: this block's output is larger than the limit of 1 KB"), (
+        str(info.value))
+
+
+def test_output_over_the_limit_from_another_process_fails_at_the_block():
+    page = """\
+        ```python exec
+        import subprocess, sys
+        print("under the limit")
+        subprocess.run([sys.executable, "-c", "print('x' * 3000)"], check=True)
+        print("more, past the limit")
+        ```
+        """
+    with pytest.raises(LessonError) as info:
+        run(page, output_limit_kb=1)
+    assert str(info.value).startswith(f"{PATH}:1: this block's output is larger than the limit of 1 KB")
+
+
+def test_bytes_written_through_sys_stdout_buffer_are_the_blocks_output():
+    assert outputs("""\
+        ```python exec
+        import sys
+        print("text", flush=True)
+        sys.stdout.buffer.write("bytes \\u00e9\\n".encode())
+        sys.stdout.buffer.flush()
+        print("text again")
+        ```
+        """) == ["text\nbytes \u00e9\ntext again\n"]
 
 
 def test_a_thread_that_writes_after_its_block_fails_the_page_at_that_block():

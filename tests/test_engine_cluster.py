@@ -6,19 +6,28 @@ cannot start a page's process), and a page whose worker is lost runs once more, 
 """
 from __future__ import annotations
 
+import contextlib
 import filecmp
+import http.server
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from pathlib import Path
 from types import SimpleNamespace
 
 import dask
+import joblib
 import psutil
 import pytest
+import torch
 from distributed import Client, LocalCluster
+from distributed.scheduler import KilledWorker
 from fixture_sites import GOOD, LESSONLIB, environment, make_site
 from site_support import gone, kill_quietly, until
 from test_engine_doors import DATED, _differences
@@ -28,8 +37,12 @@ from lessonlib.engine.build import cluster
 from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.build.pool import PageJob, Task
 from lessonlib.engine.config import SCHEDULER, Settings
+from lessonlib.engine.worker import cluster_calls
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError, SetupError
+from lessonlib.experiments import caesar, memory_task
+from lessonlib.experiments import language_model as lm
+from lessonlib.models import seq2seq
 
 pytestmark = pytest.mark.never_reused  # processes, threads and a real cluster: each run judges afresh
 CLUSTER_CONFIG = {"distributed.worker.daemon": False, "distributed.scheduler.allowed-failures": 1}
@@ -278,20 +291,161 @@ def test_an_address_that_is_not_a_schedulers_is_one_line_at_once(tmp_path, addre
     assert "Traceback" not in capfd.readouterr().err
 
 
-def test_a_peer_that_is_not_a_dask_scheduler_is_one_line_not_a_hang(tmp_path, capfd):
-    """An HTTP server accepts the connection and never answers as a scheduler would."""
-    import http.server
-
+@contextlib.contextmanager
+def _http_server() -> Iterator[int]:
+    """An HTTP server: it takes the connection, then waits for a request line that never comes."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    (tmp_path / "docs").mkdir()
     try:
-        with pytest.raises(SetupError) as info:
-            execute_page(GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=f"tcp://127.0.0.1:{server.server_port}"))
+        yield server.server_port
     finally:
         server.shutdown()
-    assert f"cannot reach the Dask scheduler tcp://127.0.0.1:{server.server_port}" in str(info.value)
+
+
+@contextlib.contextmanager
+def _silent_peer() -> Iterator[int]:
+    """A socket that takes connections (its backlog) and never reads or writes."""
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        yield listening.getsockname()[1]
+
+
+@pytest.mark.parametrize("peer", [_http_server, _silent_peer], ids=["HTTP server", "silent peer"])
+def test_a_peer_that_is_not_a_dask_scheduler_is_one_line_within_seconds_and_leaves_nothing_running(tmp_path, capfd,
+                                                                                                     peer):
+    (tmp_path / "docs").mkdir()
+    before = set(threading.enumerate())
+    with peer() as port:
+        started = time.monotonic()
+        with pytest.raises(SetupError) as info:
+            execute_page(GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=f"tcp://127.0.0.1:{port}"))
+        seconds = time.monotonic() - started
+    assert f"cannot reach the Dask scheduler tcp://127.0.0.1:{port}" in str(info.value)
     assert "\n" not in str(info.value) and "Traceback" not in capfd.readouterr().err
+    assert seconds < cluster.CONNECT_SECONDS + 3, seconds
+    until(lambda: not set(threading.enumerate()) - before, "the build's threads to end with it", 10)
+
+
+def test_a_workers_address_is_one_line_naming_its_scheduler(tmp_path, client, scheduler):
+    (tmp_path / "docs").mkdir()
+    worker = next(iter(client.nthreads()))
+    with pytest.raises(SetupError) as info:
+        execute_page(GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=worker))
+    assert f"{worker} is a Dask worker's address; its scheduler's is {scheduler}" in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def _raised(function: Callable, *args: object) -> BaseException | None:
+    """What `function(*args)` raises (None if it returns), run in a thread; the test fails if it
+    is still running after BOUND_S, where the engine as it was waited forever."""
+    raised = []
+
+    def call() -> None:
+        try:
+            function(*args)
+        except BaseException as e:  # noqa: BLE001 (the test judges it)
+            raised.append(e)
+        else:
+            raised.append(None)
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(BOUND_S)
+    if thread.is_alive():
+        pytest.fail(f"still waiting after {BOUND_S} s")
+    return raised[0]
+
+
+def test_a_scheduler_lost_while_the_build_waits_for_a_worker_ends_it_in_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(cluster, "SAY_SECONDS", 0.5)
+    (tmp_path / "docs").mkdir()
+    empty = LocalCluster(n_workers=0, processes=True, threads_per_worker=1, dashboard_address=":0")
+    threading.Timer(2, empty.close).start()  # once the build waits for a worker
+    error = _raised(execute_page, GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=empty.scheduler_address))
+    assert isinstance(error, SetupError), error
+    assert str(error).startswith(f"the Dask scheduler at {empty.scheduler_address} was lost while the build waited "
+                                 "for a worker to join") and "\n" not in str(error)
+
+
+# A worker's preload: it cannot import lessonlib, as on a machine without this project's packages.
+NO_LESSONLIB = """
+import sys
+
+class Refuse:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] == "lessonlib":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+sys.meta_path.insert(0, Refuse())
+for name in [name for name in sys.modules if name.partition(".")[0] == "lessonlib"]:
+    del sys.modules[name]
+"""
+
+
+def test_a_worker_that_cannot_import_lessonlib_fails_the_build_in_one_line_naming_it(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "no_lessonlib.py").write_text(NO_LESSONLIB)
+    with (dask.config.set(CLUSTER_CONFIG),
+          LocalCluster(n_workers=1, processes=True, threads_per_worker=1, dashboard_address=":0",
+                       preload=[str(tmp_path / "no_lessonlib.py")]) as bare,
+          Client(bare) as bare_client):
+        (worker,) = bare_client.nthreads()
+        error = _raised(execute_page, GOOD, "docs/good.md", Settings(root=tmp_path, scheduler=bare.scheduler_address))
+    assert isinstance(error, SetupError), error
+    assert (f"the Dask worker {worker} cannot load the page docs/good.md (ModuleNotFoundError: No module named "
+            "'lessonlib')") in str(error) and "\n" not in str(error)
+
+
+# A page's joblib call whose call or outcome cannot cross the cluster: the call, and how its one line starts.
+# Each would have left the page waiting forever inside joblib's Dask backend.
+UNCROSSABLE = {
+    "a result": ("delayed(returns_a_lock)(i)", "the joblib call returns_a_lock returned a lock, which cannot cross "
+                 "the Dask cluster back to the page (TypeError: cannot pickle '_thread.lock' object)"),
+    "an argument": ("delayed(echo)(threading.Lock())", "the joblib call echo cannot be sent to the Dask cluster "
+                    "(TypeError: cannot pickle '_thread.lock' object)"),
+    "an exception": ("delayed(raises_with_a_lock)(i)", "the joblib call raises_with_a_lock raised a ValueError, "
+                     "which cannot cross the Dask cluster back to the page"),
+    "an exception the page cannot load": ("delayed(raises_two_arguments)(i)", "the outcome of the joblib call "
+                                          "raises_two_arguments came back from the Dask cluster, but the page cannot "
+                                          "load it (TypeError: "),
+}
+JOBLIB_CALLS = """\
+```python exec timeout=60
+import threading
+from joblib import Parallel, delayed
+
+class TwoArguments(Exception):
+    def __init__(self, a, b):
+        super().__init__(f"{a} and {b}")
+
+def returns_a_lock(i):
+    return threading.Lock()
+
+def echo(x):
+    return x
+
+def raises_with_a_lock(i):
+    error = ValueError(i)
+    error.lock = threading.Lock()
+    raise error
+
+def raises_two_arguments(i):
+    raise TwoArguments(i, i)
+
+print("before")
+out = Parallel(n_jobs=2)(CALL for i in range(2))
+```
+"""
+
+
+@pytest.mark.parametrize("what", UNCROSSABLE)
+def test_a_joblib_call_that_cannot_cross_the_cluster_fails_its_page_at_its_line_naming_it(tmp_path, scheduler, what):
+    call, message = UNCROSSABLE[what]
+    (tmp_path / "docs").mkdir()
+    page = JOBLIB_CALLS.replace("CALL", call)
+    line = page.splitlines().index(f"out = Parallel(n_jobs=2)({call} for i in range(2))")
+    error = _raised(execute_page, page, "docs/p.md", Settings(root=tmp_path, scheduler=scheduler))
+    assert isinstance(error, LessonError), error
+    assert str(error).splitlines()[0].startswith(f"docs/p.md:{line + 1}: TypeError: {message}"), str(error)
 
 
 def test_a_build_says_at_once_and_again_while_no_worker_has_joined_then_runs(tmp_path, monkeypatch, capfd):
@@ -318,3 +472,89 @@ def test_a_build_waiting_on_its_pages_says_which_run_where(tmp_path, client, sch
     execute_page(page, "docs/slow.md", Settings(root=tmp_path, scheduler=scheduler))
     said = capfd.readouterr().err
     assert f"waiting on the Dask cluster at {scheduler}: docs/slow.md on tcp://" in said, said
+
+
+def test_a_call_and_its_outcome_cross_as_bytes_and_one_that_cannot_fails_naming_the_call():
+    """In this process, as on a worker (run) and in the page (_received)."""
+    name, call = cluster_calls._sent(divmod, (7, 2), {})
+    assert name == "divmod" and isinstance(call, bytes)
+    assert cluster_calls._received(*cluster_calls.run(name, call)) == (3, 1)
+    with pytest.raises(ValueError, match="invalid literal"):  # raised in the page as the call raised it
+        cluster_calls._received(*cluster_calls.run(*cluster_calls._sent(int, ("x",), {})))
+    with pytest.raises(TypeError, match=r"^the joblib call _thread\.allocate_lock returned a lock, which cannot cross"):
+        cluster_calls.run(*cluster_calls._sent(threading.Lock, (), {}))
+    with pytest.raises(TypeError, match=r"^the joblib call print cannot be sent to the Dask cluster"):
+        cluster_calls.run(*cluster_calls._sent(print, (threading.Lock(),), {}))
+
+
+def test_a_joblib_task_that_dask_itself_failed_is_told_to_joblib():
+    """joblib's Dask backend fails the task's future, but tells joblib, which waits for it, nothing."""
+    told, lost, done = [], Future(), Future()
+    for future in (lost, done):
+        future.add_done_callback(lambda f: cluster_calls._told_of_failure(f, told.append))
+    error = KilledWorker("batch_of_run_1_calls", "tcp://10.0.0.2:4000", 1)
+    lost.set_exception(error)
+    done.set_result([])
+    assert told == [error]
+
+
+def _tiny_experiments(workers: int) -> dict:
+    """Every experiment a lesson spreads over processes with joblib, on a tiny protocol: what
+    each returns, as state dicts and numbers."""
+    pair = seq2seq.train_both(dict(attention=False), dict(attention=True), workers=workers, steps=2, hidden=8,
+                              batch_size=4, max_len=5, progress=False)
+    ciphers = caesar.train_both(protocol=caesar.CaesarProtocol(digits=2, d_model=8, steps=2, batch=4), workers=workers)
+    plays = lm.train_all([("rnn", 0, None), ("gpt", 0, None)], workers=workers,
+                         protocol=lm.LMProtocol(steps=2, batch=2, chunk=8, eval_every=1, eval_windows=2, eval_count=4,
+                                                embedding=8, sizes={"rnn": 8, "lstm": 8, "gpt": 8}, layers=1))
+    sweep = memory_task.sweep(models=("rnn", "lstm"), lengths=(4,), seeds=(0,), progress=False, workers=workers,
+                              protocol=memory_task.MemoryProtocol(steps=2, val_size=8, batch=4))
+    assert isinstance(pair[1], seq2seq.Seq2Seq) and isinstance(ciphers["masked"].model, torch.nn.Module)
+    assert isinstance(plays["gpt", 0, None].model, torch.nn.Module)  # a page gets live models, as before
+    return {"seq2seq": [model.state_dict() for model in pair],
+            "caesar": {name: (run.model.state_dict(), run.losses) for name, run in ciphers.items()},
+            "language model": {key: (run.model.state_dict(), run.losses, run.position.tolist())
+                               for key, run in plays.items()},
+            "memory task": sweep}
+
+
+def test_the_experiments_joblib_calls_cross_a_process_cluster_and_give_the_results_of_one_process(client):
+    here = _tiny_experiments(workers=1)
+    with joblib.parallel_config(backend=cluster_calls.ClusterBackend(client=client)):
+        there = []
+        assert _raised(lambda: there.append(_tiny_experiments(workers=2))) is None
+    _assert_same(there[0], here)
+
+
+def test_what_the_experiments_hand_back_from_joblib_is_plain_data_that_dask_itself_carries(client, monkeypatch):
+    """Each call an experiment gives joblib, as a Dask task of its own: its result comes back
+    through Dask's own serialisation, as a worker spills it or sends it on (a trained GRU could
+    not: "Failed to serialize [<weakref ... to 'Parameter'>]", and the course hung on a cluster)."""
+
+    class EachADaskTask:  # stands in for joblib.Parallel
+        def __init__(self, *_, **__) -> None:
+            pass
+
+        def __call__(self, calls):  # noqa: ANN001, ANN204
+            futures = [client.submit(function, *args, pure=False, **kwargs) for function, args, kwargs in calls]
+            return [future.result(timeout=BOUND_S) for future in futures]
+
+    here = _tiny_experiments(workers=1)
+    for module in (seq2seq, caesar, lm, memory_task):
+        monkeypatch.setattr(module, "Parallel", EachADaskTask)
+    _assert_same(_tiny_experiments(workers=2), here)
+
+
+def _assert_same(a: object, b: object) -> None:
+    if isinstance(a, torch.Tensor):
+        assert torch.equal(a, b)
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()
+        for key in a:
+            _assert_same(a[key], b[key])
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _assert_same(x, y)
+    else:
+        assert a == b

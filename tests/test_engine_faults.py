@@ -31,7 +31,7 @@ FAULTS = {
                           "    except BaseException:\n        pass\n```\n", 5, "block timed out after 0.5 s"),
     "long C call": ("```python exec timeout=0.5\nimport hashlib\nhashlib.pbkdf2_hmac('sha256', b'x', b'y', 2**31 - 1)\n```\n",
                     3, "block timed out after 0.5 s"),
-    "output cap": ("```python exec\nprint('x' * 3000)\n```\n", 1, "this block's output is larger than the limit of 2 KB"),
+    "output cap": ("```python exec\nprint('x' * 3000)\n```\n", 2, "this block's output is larger than the limit of 2 KB"),
     "near-miss fence": ("Some text.\n\n```py exec\nprint('never run')\n```\n", 3, "looks like a block to run but is not one"),
     "slot markup in prose": ("```python exec\nprint(1)\n```\n\nSee `<div class=\"lessonlib-html-slot\">`.\n"
                              "<div class=\"lessonlib-html-slot\" data-slot=\"7-figure-0\"></div>\n", 6,

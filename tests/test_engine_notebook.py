@@ -2,8 +2,10 @@
 what the page printed, block by block (timings apart), and shows as many figures."""
 from __future__ import annotations
 
+import ast
 import doctest
 import io
+import re
 import shutil
 import socket
 import subprocess
@@ -24,7 +26,9 @@ from lessonlib.engine.build.stylesheets import LARGE, shared_stylesheets
 from lessonlib.engine.build.wheel import read_project, wheel_bytes
 from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.outputs import PageOutputs
 from lessonlib.engine.worker.session import DOCTEST_FLAGS
+from lessonlib.engine.worker.store import KEY
 
 ROOT = Path(__file__).resolve().parents[1]
 LESSONS = sorted((ROOT / "docs" / "lessons").glob("*.md"))
@@ -53,7 +57,7 @@ a
 """
 
 
-def test_export_starts_where_pages_start_splits_examples_and_leaves_values_as_they_are(tmp_path):
+def test_export_starts_where_pages_start_splits_examples_and_shows_values_as_text(tmp_path):
     (tmp_path / "docs").mkdir()
     result = execute_page(SMALL.replace("plt.plot([1, 2])", "plt.plot([1, 2])  # a line"), "docs/small.md",
                           Settings(root=tmp_path))
@@ -61,7 +65,7 @@ def test_export_starts_where_pages_start_splits_examples_and_leaves_values_as_th
     assert cells[0].metadata.tags == ["setup"] and "start_page()" in cells[0].source
     assert cells[2].source.endswith("plt.plot([1, 2]);  # a line"), "a page does not show a last line's value"
     assert cells[3].metadata.tags == ["timing"]
-    assert "Value: <b>*x*</b>." in cells[4].source
+    assert "Value: &lt;b&gt;\\*x\\*&lt;/b&gt;." in cells[4].source, "as on the page: text, not markup"
     assert [(c.source, c.outputs[0].data["text/plain"]) for c in cells[5:]] == [("1 + 1", "2"), ('print("a")', "a")]
 
 
@@ -147,7 +151,7 @@ def test_a_kept_wheel_is_reused_until_a_file_in_it_changes(tmp_path):
     project = read_project(root)
     made = wheel_bytes(project, store)
     assert made == wheel_bytes(project)  # kept, it is the wheel itself
-    (kept,) = store.iterdir()
+    (kept,) = wheels(store)
     written = kept.stat().st_ino
     assert wheel_bytes(project, store) == made and kept.stat().st_ino == written  # reused, not written again
     kept.write_bytes(kept.read_bytes()[:-100])  # cut short: made again
@@ -155,7 +159,11 @@ def test_a_kept_wheel_is_reused_until_a_file_in_it_changes(tmp_path):
     (root / "lessonlib" / "device.py").write_text("# edited\n")
     edited = zipfile.ZipFile(io.BytesIO(wheel_bytes(read_project(root), store)))
     assert edited.read("lessonlib/device.py") == b"# edited\n"
-    assert [p.name for p in store.iterdir()] == [kept.name], "one kept wheel, not one per version"
+    assert [p.name for p in wheels(store)] == [kept.name], "one kept wheel, not one per version"
+
+
+def wheels(store: Path) -> list[Path]:
+    return [p for p in store.iterdir() if p.name != KEY]  # beside them, the key that seals them
 
 
 def test_a_rebuilt_site_offers_the_new_wheel_alone_and_its_notebooks_install_it(tmp_path, build, monkeypatch):
@@ -275,3 +283,146 @@ def test_a_block_that_differs_in_the_kernel_is_caught(tmp_path):
     execute(notebook, tmp_path / "docs")
     (cell,) = _exec_cells(notebook)
     assert printed(cell) != result.outputs.blocks[0].text
+
+
+# Code whose text IPython changes before Python reads it, inside strings too: a notebook cell
+# must read as the page's block does. The pycon and memo cases reach the cell by other paths.
+IPYTHON_READS_OTHERWISE = {
+    "a prompt in a string": 's = """\n>>> 1 + 1\n2\n"""\nprint(s)',
+    "a prompt further down": 'x = 1\ny = 2\ns = """\n>>> 1 + 1\n"""',
+    "a raw string": 's = r"""\n>>> \\d\n... y\n"""',
+    "an f-string": 'x = 1\ns = f"""\n>>> {x}\n"""',
+    "a backslash-continued string": 's = "a\\\n>>> b"',
+    "an IPython prompt": 's = """\nIn [1]: x\n"""',
+    "dots on the second line": 's = """\n... and so on\n"""',
+    "a line of spaces in a string": 's = """a\n    \nb"""',
+    "a line of tabs": 's = """a\n\t\nb"""',
+    "an indented first comment": '    # a note\ns = """\n    a\n"""',
+    "a docstring's example": 'def f():\n    """One.\n\n    >>> f()\n    1\n    """\n    return 1',
+    "unicode": 's = """\n>>> é\n"""\nprint(s)',
+    "magics in a string": 's = """\n%d items\n!important\n%%time\nwhy?\n"""',
+    "a comment that asks": 'x = 1  # why?\nprint(x)',
+}
+
+
+def _read_by_ipython_8(cell: str) -> str:
+    """What IPython 7 and 8 (Colab's kernel has one) make of a cell before Python reads it: their
+    cleanup transforms, which the installed IPython no longer has."""
+    lines = cell.splitlines(keepends=True)
+    while lines and lines[0].isspace():
+        lines.pop(0)
+    indent = re.match(r"[ \t]+", lines[0]) if lines else None
+    if indent:
+        lines = [line[indent.end():] if line.startswith(indent.group()) else line for line in lines]
+    for first, prompt in ((r">>>( |$)", r"(>>>|\.\.\.)( |$)"), (r"In \[\d+\]: ", r"In \[\d+\]: |\s*\.{3,}: ?")):
+        if lines and (re.match(first, lines[0]) or (len(lines) > 1 and re.match(prompt, lines[1]))):
+            lines = [re.sub(f"^(?:{prompt})", "", line, count=1) for line in lines]
+    return "".join(lines)
+
+
+def _program(code: str) -> str:
+    return ast.dump(ast.parse(code))
+
+
+@pytest.mark.parametrize("code", IPYTHON_READS_OTHERWISE.values(), ids=IPYTHON_READS_OTHERWISE.keys())
+def test_ipython_reads_each_cell_as_the_page_reads_its_block(code):
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    pycon = "\n".join(f"{'>>>' if n == 0 else '...'} {line}" for n, line in enumerate(code.split("\n")))
+    page = parse_page(f"```python exec\n{code}\n```\n\n```python exec memo=\"f\"\n{code}\n```\n\n"
+                      f"```pycon\n{pycon}\n```\n", "docs/p.md")
+    plain, memo, example = to_notebook(page, None).cells[1:]
+    (parsed,) = doctest.DocTestParser().get_examples(pycon)  # as the page runs it: tabs expanded
+    for cell, body in ((plain, code), (example, parsed.source)):
+        for read in (TransformerManager().transform_cell, _read_by_ipython_8):
+            assert _program(read(cell.source)) == _program(body), (read, cell.source)
+    for read in (TransformerManager().transform_cell, _read_by_ipython_8):
+        (block,) = ast.parse(read(memo.source)).body
+        assert ast.dump(ast.Module(block.body, [])) == _program(code), (read, memo.source)
+
+
+def test_a_page_runs_as_main_as_its_notebook_does(tmp_path):
+    (tmp_path / "docs").mkdir()
+    page = "```python exec\nclass Point:\n    pass\nprint(__name__, Point)\nif __name__ == '__main__':\n    print('ran')\n```\n"
+    result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
+    assert result.outputs.blocks[0].text == "__main__ <class '__main__.Point'>\nran\n"
+
+
+PRINTS_THE_SAME = '''\
+```python exec
+class Point:
+    pass
+print(__name__, Point)
+```
+
+```python exec
+def train(n):
+    print("training", n)
+    return 2 * n
+```
+
+```python exec memo="train"
+doc = """
+>>> 1 + 1
+3
+\x20\x20\x20\x20
+In [1]: x
+"""
+print(repr(doc), train(2))
+```
+
+```python exec
+import time
+time.sleep(1)  # what the cell above printed late shows here
+```
+
+```python exec
+    # an indented note
+raw = r"""
+... \\d
+>>> x
+"""
+print(repr(raw))
+```
+
+```pycon
+>>> s = """
+... >>> x
+... """
+>>> s
+'\\n>>> x\\n'
+```
+'''
+
+
+def test_the_notebook_prints_what_the_page_printed(tmp_path, monkeypatch):
+    """One kernel for the ways a notebook used to print something else: the name of the page's
+    module, prompts and blank lines in strings (IPython strips them), the memo's timing line."""
+    (tmp_path / "docs").mkdir()
+    result = execute_page(PRINTS_THE_SAME, "docs/p.md", Settings(root=tmp_path, cache_dir=tmp_path / "cache"))
+    notebook = to_notebook(result.page, result.outputs)
+    monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(tmp_path / "kernel-cache"))  # a miss: the call runs and is timed
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")  # with it, ipykernel does not show what reaches descriptor 2, as Jupyter does
+    execute(notebook, tmp_path / "docs")
+    page = [out.text for block, out in zip(result.page.blocks, result.outputs.blocks) if block.kind == "exec"]
+    assert [printed(cell) for cell in _exec_cells(notebook)] == page
+    (_, example) = [c for c in notebook.cells if c.metadata.get("tags") == ["pycon"]]
+    assert [o.data["text/plain"] for o in example.outputs if o.output_type == "execute_result"] == ["'\\n>>> x\\n'"]
+
+
+def test_hidden_code_and_output_are_folded_in_the_notebook_as_on_the_page():
+    page = parse_page("```python exec hide-code\nx = 1\n```\n\n```python exec hide-output\nprint(x)\n```\n", "docs/p.md")
+    hidden_code, hidden_output = to_notebook(page, None).cells[1:]
+    assert hidden_code.metadata.jupyter == {"source_hidden": True}
+    assert hidden_output.metadata.jupyter == {"outputs_hidden": True}
+    nbformat.validate(to_notebook(page, None))
+
+
+def test_a_value_is_text_in_a_published_notebook_too():
+    """Jupyter renders a Markdown cell's HTML and links: a value shows as the page shows it."""
+    page = parse_page("# P\n\n`{py} v` and [a link](b.md).\n", "docs/lessons/p.md")
+    outputs = PageOutputs([], {"v": '<img src="x.png">[a](b.md)'})
+    site = Install("http://a/downloads/", "lessonlib-0.1.0-py3-none-any.whl")
+    (_, _, prose) = to_notebook(page, outputs, site).cells
+    assert prose.source == ('# P\n\n&lt;img src=&quot;x.png&quot;&gt;\\[a\\](b.md) and '
+                            '[a link](http://a/lessons/b/).')

@@ -13,7 +13,7 @@ import pytest
 from fixture_sites import GOOD, MKDOCS_BUILD, environment, make_site
 from site_support import tree, until
 
-from lessonlib.engine.build.publish import Staging
+from lessonlib.engine.build.publish import Staging, in_site
 
 STRICT_FAILURES = {
     "a broken link": "\nSee [the missing page](missing.md).\n",
@@ -166,3 +166,15 @@ def test_the_published_site_folder_has_the_usual_permissions(tmp_path):
     finally:
         os.umask(previous)
     assert stat.S_IMODE((tmp_path / "site").stat().st_mode) == 0o755
+
+
+@pytest.mark.parametrize("name", ["../x", "a/../../x", "/etc/x", "out/x"])
+def test_the_build_writes_nothing_outside_its_site_whatever_a_name_says(tmp_path, name):
+    """Every file the build writes into the site (figures, published files, notebooks) goes
+    through in_site: a name from a page, the cache or a cluster never leads out of it."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "out").symlink_to(tmp_path)
+    with pytest.raises(ValueError, match="leads out of the site"):
+        in_site(site, name)
+    assert in_site(site, "page/figure.svg") == site.resolve() / "page/figure.svg"

@@ -202,6 +202,13 @@ def test_a_figures_links_keep_web_addresses_and_drop_scripts():
     assert "javascript" not in svg.lower() and "cript:" not in svg and "data:text" not in svg
 
 
+def test_a_figures_raster_image_is_kept():
+    code = "import matplotlib.pyplot as plt\nplt.imshow([[0, 1], [1, 0]])\n"
+    result = run(f'```python exec alt="A heatmap." caption="Two by two."\n{code}```\n')
+    (svg,) = figure_files(result.page, result.outputs.blocks).values()
+    assert 'xlink:href="data:image/png;base64,' in svg
+
+
 def test_an_inline_value_that_raises_names_its_own_line():
     error = error_of("```python exec\nx = 1\n```\n\nfine `{py} x`\n\nbroken `{py} y + 1`\n")
     assert str(error).startswith(f"{PATH}:7: inline value `y + 1`: NameError")

@@ -23,7 +23,7 @@ from lessonlib.engine import config
 from lessonlib.engine.build.cache import prune
 from lessonlib.engine.build.page import execute_page
 from lessonlib.engine.config import Settings, load_settings
-from lessonlib.engine.worker.errors import LessonError
+from lessonlib.engine.worker.errors import LessonError, SetupError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,14 +39,20 @@ ENVIRONMENT = {
     "LESSONLIB_WORKERS=-1": ("LESSONLIB_WORKERS", "-1", "not a whole number"),
     "LESSONLIB_REFRESH=yes": ("LESSONLIB_REFRESH", "yes", "must be 0 or 1"),
     "LESSONLIB_EXECUTE=no": ("LESSONLIB_EXECUTE", "no", "must be 0 or 1"),
+    "LESSONLIB_PERTURB=sideways": ("LESSONLIB_PERTURB", "sideways", "is not a perturbation: subnormals or threads=N"),
+    "LESSONLIB_PERTURB=threads=0": ("LESSONLIB_PERTURB", "threads=0", "is not a perturbation: subnormals or threads=N"),
+    "LESSONLIB_SCHEDULER=nonsense": ("LESSONLIB_SCHEDULER", "nonsense", "is not a Dask scheduler's address"),
+    "LESSONLIB_DEVICE=cuda:99": ("LESSONLIB_DEVICE", "cuda:99", "torch sees no such device on this machine"),
+    "LESSONLIB_REFRSH=1": ("LESSONLIB_REFRSH", "1", "lessonlib has no such variable (misspelt?"),
 }
 
 
 @pytest.mark.parametrize("case", ENVIRONMENT)
-def test_a_bad_environment_value_is_one_line_naming_it(tmp_path, case, build, lessonlib_cli):
+def test_a_bad_environment_value_is_one_line_naming_it_at_the_start_though_no_page_reads_it(
+        tmp_path, case, build, lessonlib_cli):
     name, value, words = ENVIRONMENT[case]
-    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
-    for result in (build(site, **{name: value}), lessonlib_cli(site, "run", "docs/good.md", **{name: value})):
+    site = make_site(tmp_path, {"index.md": "# Home, where no page runs code\n"})
+    for result in (build(site, **{name: value}), lessonlib_cli(site, "run", "docs/index.md", **{name: value})):
         assert result.returncode != 0
         one_clear_line(result.stderr, f"{name}: '{value}'", words)
 
@@ -58,6 +64,7 @@ OPTIONS = {
     "timeout: 0": ("timeout", "0", "positive, finite number of seconds"),
     "output_limit_kb: 0": ("output_limit_kb", "0", "positive, finite number of KB"),
     "memory_limit_mb: -1": ("memory_limit_mb", "-1", "positive, finite number of MB"),
+    "scheduler: nonsense": ("scheduler", "nonsense", "is not a Dask scheduler's address"),  # every page cached
 }
 
 
@@ -72,6 +79,58 @@ def test_a_bad_option_is_one_line_naming_it_and_changes_nothing(tmp_path, option
         assert result.returncode != 0
         one_clear_line(result.stderr, f"mkdocs.yml, lessonlib option {name}: ", value, words)
     assert {"site": tree(site / "site"), "cache": tree(site / ".cache")} == before
+
+
+def test_a_misspelt_option_is_refused_in_every_door_not_ignored(tmp_path, build, lessonlib_cli):
+    site = make_site(tmp_path, {"index.md": "# Home\n"})
+    misspelt = MKDOCS_YML.replace("      timeout: 60\n", "      timout: 60\n")
+    (site / "mkdocs.yml").write_text(misspelt)
+    built = build(site)
+    assert built.returncode != 0 and "timout" in built.stdout + built.stderr  # MkDocs' own line, in strict mode
+    (site / "mkdocs.yml").write_text(misspelt.replace("strict: true\n", ""))  # where MkDocs only warns
+    ran = lessonlib_cli(site, "run", "docs/index.md")
+    assert ran.returncode != 0
+    one_clear_line(ran.stderr, "mkdocs.yml, lessonlib option timout: 60", "lessonlib has no such option (misspelt?",
+                   "timeout")
+
+
+def test_blank_variables_are_unset_and_a_cache_folder_may_start_at_home(tmp_path, monkeypatch):
+    make_site(tmp_path, {"index.md": "# Home\n"})
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    for name in config.VARIABLES:
+        monkeypatch.setenv(name, "  ")
+    monkeypatch.delenv(config.BUILD_PID)
+    settings = load_settings(tmp_path / "mkdocs.yml")
+    assert (settings.cache_dir, settings.execute, settings.workers) == (tmp_path / ".cache", True, 0)
+    assert (settings.device, settings.perturb, settings.scheduler) == ("cpu", (), None)
+
+    (tmp_path / "mkdocs.yml").write_text(MKDOCS_YML.replace("cache_dir: .cache", "cache_dir: ~/lessonlib-cache"))
+    assert load_settings(tmp_path / "mkdocs.yml").cache_dir == tmp_path / "home" / "lessonlib-cache"
+    monkeypatch.setenv(config.CACHE_DIR, "~/elsewhere")
+    assert load_settings(tmp_path / "mkdocs.yml").cache_dir == tmp_path / "home" / "elsewhere"
+
+
+@pytest.mark.parametrize("where", ["cache_dir: .", "cache_dir: ..", "LESSONLIB_CACHE_DIR=.."])
+def test_a_cache_folder_that_holds_the_project_is_refused_and_clearing_the_cache_deletes_nothing(
+        tmp_path, where, build, lessonlib_cli):
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n"})
+    variables = {config.CACHE_DIR: ".."} if where.startswith("LESSONLIB") else {}
+    if not variables:
+        (site / "mkdocs.yml").write_text(MKDOCS_YML.replace("cache_dir: .cache", where))
+    before = tree(tmp_path)
+    for result in (build(site, **variables), lessonlib_cli(site, "cache", "--clear", **variables)):
+        assert result.returncode != 0
+        one_clear_line(result.stderr, where.split("=")[0].split(":")[0], "holds the project", "a folder of its own")
+    assert tree(tmp_path) == before
+
+
+def test_a_device_is_looked_for_here_only_when_pages_run_here(monkeypatch):
+    monkeypatch.setenv(config.DEVICE, "cuda:99")
+    monkeypatch.setenv(config.SCHEDULER, "tcp://127.0.0.1:8786")  # its workers have devices of their own
+    assert Settings().with_build_environment().device == "cuda:99"
+    monkeypatch.delenv(config.SCHEDULER)
+    with pytest.raises(SetupError, match="LESSONLIB_DEVICE: 'cuda:99', but torch sees no such device"):
+        Settings().with_build_environment()
 
 
 FENCES = {

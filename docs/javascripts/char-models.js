@@ -10,7 +10,9 @@
 
    Speed (scripts/bench_browser_model.py measures it): every buffer a step writes is allocated
    once per model, in prepare(), and reused; the LSTM's input-to-gate products are a table, one row
-   per character; the GPT reads a whole window in one pass (gptForward), matrix by matrix.
+   per character; the GPT reads a whole window in one pass (gptForward), matrix by matrix. In the
+   widget, a key typed at the end of a 10,000-character prompt is one LSTM step and one more span
+   of shading, not a reread and a redraw of the prompt (16 ms at most, benchmarked).
 
    The widget (markup: lessonlib/figures/browser_model.py) is progressive: without this script,
    or if the weights fail to load, the samples and the figure the build wrote stand in. */
@@ -119,31 +121,39 @@
   }
 
   function lstmStep(model, state, token, wantLogits = true) {
-    // one character: token -> embed (E,) -> nn.LSTM step (h, c each (H,)) -> head (V,)
-    const { t, work } = model, H = model.config.hidden, V = model.vocab.length;
+    // one character: token -> embed (E,) -> nn.LSTM step, the state (h, c each (H,)) updated in place -> head (V,)
+    const { t, work } = model, H = model.config.hidden;
     // gates (4H,) = W_ih x + b_ih + W_hh h + b_hh: torch's two biases, rows in the order i, f, g, o;
     // W_ih x + b_ih + b_hh was computed once per character (prepare: inputGates (V, 4H))
     const gates = work.gates;
     gates.set(work.inputGates.subarray(token * 4 * H, (token + 1) * 4 * H));
     const Whh = t["rnn.weight_hh_l0"].data, hPrev = state.h;
-    for (let o = 0; o < 4 * H; o++) {
-      let s = gates[o];
-      const w = o * H;
-      for (let i = 0; i < H; i++) s += Whh[w + i] * hPrev[i];
-      gates[o] = s;
+    for (let o = 0; o < 4 * H; o += 4) { // four gate rows at a time, as linear: each h_{t-1}[i] read serves four
+      const w0 = o * H, w1 = w0 + H, w2 = w1 + H, w3 = w2 + H;
+      let s0 = gates[o], s1 = gates[o + 1], s2 = gates[o + 2], s3 = gates[o + 3];
+      for (let i = 0; i < H; i++) {
+        const x = hPrev[i];
+        s0 += Whh[w0 + i] * x;
+        s1 += Whh[w1 + i] * x;
+        s2 += Whh[w2 + i] * x;
+        s3 += Whh[w3 + i] * x;
+      }
+      gates[o] = s0;
+      gates[o + 1] = s1;
+      gates[o + 2] = s2;
+      gates[o + 3] = s3;
     }
-    const h = new Float64Array(H), c = new Float64Array(H); // new each step: the widget keeps every state
+    const { h, c } = state; // every gate has read h_{t-1}: both can be overwritten now
     for (let j = 0; j < H; j++) {
       const i = sigmoid(gates[j]); // input gate
       const f = sigmoid(gates[H + j]); // forget gate
       const g = Math.tanh(gates[2 * H + j]); // candidate
       const o = sigmoid(gates[3 * H + j]); // output gate
-      c[j] = f * state.c[j] + i * g; // c_t = f * c_{t-1} + i * g
+      c[j] = f * c[j] + i * g; // c_t = f * c_{t-1} + i * g
       h[j] = o * Math.tanh(c[j]); // h_t = o * tanh(c_t)
     }
     stats.steps++;
-    const logits = wantLogits ? lstmHead(model, h) : null; // (V,)
-    return { state: { h, c }, logits };
+    return wantLogits ? lstmHead(model, h) : null; // (V,)
   }
 
   const lstmHead = (model, h) => // head: h (H,) -> logits (V,)
@@ -209,13 +219,16 @@
     const attention = [];
     for (const b of model.blocksIndex) {
       const p = `transformer.blocks.${b}.`;
+      // the rows that go on past the attention: every one, but in the last block only the last unless all rows'
+      // logits are asked for (the head reads nothing else; a third of the work when the window slides)
+      const from = allRows || b < cfg.layers - 1 ? 0 : T - 1, rows = T - from;
       // x = x + MultiHeadAttention(norm1(x)), causal: position r reads itself and every earlier one
       layerNorm(X, T, d, t[p + "norm1.weight"].data, t[p + "norm1.bias"].data, work.a); // (T, d)
       const qkv = linear(t[p + "self_attn.in_proj_weight"].data, t[p + "self_attn.in_proj_bias"].data, work.a,
-                         T, 3 * d, d, work.qkv); // (T, 3d): q, k, v side by side
+                         T, 3 * d, d, work.qkv); // (T, 3d): q, k, v side by side, every row a key and a value
       const keys = { data: qkv.subarray(d), stride: 3 * d }, values = { data: qkv.subarray(2 * d), stride: 3 * d };
       const last = [];
-      for (let r = 0; r < T; r++) {
+      for (let r = from; r < T; r++) {
         const q = qkv.subarray(r * 3 * d), context = work.context.subarray(r * d); // merge_heads: (heads, d_head) -> (d,)
         for (let h = 0; h < heads; h++) {
           attend(q, keys, values, r + 1, h * dHead, dHead, context, work.weights); // split_heads: head h
@@ -223,10 +236,11 @@
         }
       }
       attention.push(last);
-      linear(t[p + "self_attn.out_proj.weight"].data, t[p + "self_attn.out_proj.bias"].data, work.context, T, d, d,
-             work.narrow);
-      for (let i = 0; i < T * d; i++) X[i] += work.narrow[i]; // residual
-      mlp(model, p, X, T);
+      const x = X.subarray(from * d); // (rows, d)
+      linear(t[p + "self_attn.out_proj.weight"].data, t[p + "self_attn.out_proj.bias"].data,
+             work.context.subarray(from * d), rows, d, d, work.narrow);
+      for (let i = 0; i < rows * d; i++) x[i] += work.narrow[i]; // residual
+      mlp(model, p, x, rows);
     }
     stats.steps += T;
     const logits = allRows ? tokens.map((_, r) => gptHead(model, X, r)) : gptHead(model, X, T - 1);
@@ -297,12 +311,8 @@
     // tokens (T,) read from an empty state, one at a time -> logits (T, V) at every position, as model(tokens)
     const rows = [];
     if (model.kind === "lstm") {
-      let state = lstmState(model);
-      for (const token of tokens) {
-        const step = lstmStep(model, state, token);
-        state = step.state;
-        rows.push(Array.from(step.logits));
-      }
+      const state = lstmState(model);
+      for (const token of tokens) rows.push(Array.from(lstmStep(model, state, token)));
     } else {
       const caches = gptCache(model);
       for (const token of tokens) rows.push(Array.from(gptStep(model, caches, token).logits));
@@ -310,15 +320,24 @@
     return rows;
   }
 
+  // characters as a reader counts them: grapheme clusters, so that an emoji with its modifiers and joiners is one
+  // (code points where a browser has no Intl.Segmenter)
+  const segmenter = window.Intl?.Segmenter && new Intl.Segmenter(undefined, { granularity: "grapheme" });
+  const characters = (text) => (segmenter ? Array.from(segmenter.segment(text), (s) => s.segment) : [...text]);
+
   function encode(model, text) {
-    // text -> {tokens, skipped}: characters outside the vocabulary are skipped, and listed
-    const tokens = [], skipped = [];
-    for (const ch of text) {
+    // text -> {tokens, at, skipped}: each character in the vocabulary is a token, at[i] its position in the text
+    // (0-based, in characters); any other is skipped, whole (an emoji, a letter with a combining accent), and listed
+    const tokens = [], at = [], skipped = [];
+    characters(text).forEach((ch, i) => {
       const id = model.ids.get(ch);
       if (id === undefined) skipped.push(ch);
-      else tokens.push(id);
-    }
-    return { tokens, skipped };
+      else {
+        tokens.push(id);
+        at.push(i);
+      }
+    });
+    return { tokens, at, skipped };
   }
 
   function distribution(logitsRow, temperature, topK) {
@@ -348,19 +367,47 @@
 
   // ---- the widget ----------------------------------------------------------------------------------
 
-  const LSTM_LIMIT = 2000; // characters the LSTM reads: the prompt's last 2,000
+  // The LSTM reads the whole prompt, carrying its state, up to LSTM_LIMIT characters; past that it drops the
+  // oldest LSTM_DROP at once and reads the rest again, so that one reread serves the next 4,000 keys
+  const LSTM_LIMIT = 12000, LSTM_DROP = 4000;
+  const LSTM_SLICE = 1000; // characters the LSTM reads in one go (about 60 ms), before the page may answer a key
+  const RUN = 16; // characters a run of the shading holds at most (add, below)
   const NAMES = { lstm: "LSTM", gpt: "Transformer" };
 
   function shown(ch) {
+    // a character as the page names it: whitespace and invisible characters by name or code point, which keeps a
+    // joiner from being an empty item and a right-to-left override (U+202E) from reordering the sentence;
+    // an emoji whole, its joiners included
     if (ch === "\n") return "newline";
     if (ch === " ") return "space";
-    const code = ch.codePointAt(0);
-    if (code < 32 || code === 127) return `U+${code.toString(16).toUpperCase().padStart(4, "0")}`;
-    return ch;
+    if (/\p{Extended_Pictographic}/u.test(ch)) return ch;
+    const named = (c, i) => /[\p{C}\p{Z}]/u.test(c) || (i === 0 && /\p{M}/u.test(c)); // a mark with nothing to sit on
+    const code = (c) => `U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}`;
+    return [...ch].map((c, i) => (named(c, i) ? ` ${code(c)} ` : c)).join("").replace(/ +/g, " ").trim();
+  }
+
+  function say(element, parts) {
+    // parts: text, and {isolated: text} for characters from the prompt: each of those in a <bdi>, so that a
+    // right-to-left one cannot reorder the sentence around it
+    element.replaceChildren(...parts.map((part) => (typeof part === "string" ? part
+      : Object.assign(document.createElement("bdi"), { textContent: part.isolated }))));
   }
 
   const percent = (p) => `${(100 * p).toFixed(0)}%`;
   const signed = (v) => (v < 0 ? "\u2212" : "+") + Math.abs(v).toFixed(2);
+  const count = new Intl.NumberFormat("en").format; // 10,000: made once (toLocaleString makes one per call, 5 us)
+
+  function largest(n, value, k = 3) {
+    // the indices i < n of the k largest value(i), largest first (the earlier of equals): one pass, no sort
+    const top = [];
+    for (let i = 0; i < n; i++) {
+      if (top.length === k && value(i) <= value(top[k - 1])) continue;
+      top.push(i);
+      top.sort((a, b) => value(b) - value(a));
+      top.length = Math.min(top.length, k);
+    }
+    return top;
+  }
 
   // the model the page shows first: its weights are fetched as soon as this script runs, the other's later
   const defaultKind = (root) => root.querySelector('input[name="char-model-kind"]:checked').value;
@@ -383,8 +430,12 @@
     const urls = JSON.parse(root.dataset.models);
 
     const models = {};
-    let generation = 0, frame = 0, pendingAnnounce = null;
-    const lstmCache = { tokens: [], states: [] }; // states[i]: after reading tokens[0..i]
+    let generation = 0, queued = false, pendingAnnounce = null;
+    let k = Number(topK.value), correction = ""; // the top-k used, and what was said of the field's value
+    // every LSTM state read: row i of h and c (each (n, H)) after tokens[0..i]
+    const lstmCache = { tokens: [], h: new Float32Array(0), c: new Float32Array(0) };
+    // the LSTM's shading as drawn: the cell, the tokens and their positions, one span each
+    const drawn = { cell: -1, tokens: [], at: [], spans: [] };
 
     const kind = () => radios.find((r) => r.checked).value;
 
@@ -393,6 +444,7 @@
       return loadOnce(urls[name]).then((model) => {
         if (!models[name]) {
           models[name] = model;
+          model.names = model.vocab.map(shown); // each character's name, for the shading's 10,000 titles
           if (name === "lstm") cell.max = model.config.hidden - 1;
           else {
             layer.max = model.config.layers;
@@ -403,36 +455,53 @@
       });
     }
 
-    function lstmRead(model, tokens) {
-      // resume from the longest prefix read before: typing at the end costs one step per character
+    function lstmRead(model, tokens, most = Infinity) {
+      // carry the state: resume after the longest prefix read before, so that a key typed at the end costs one
+      // step. Every state is kept, in float32 (PyTorch's precision, half the memory): for the shading, and to
+      // resume after an edit. Reads at most `most` characters: null if that left some unread
+      const H = model.config.hidden, cache = lstmCache;
       let same = 0;
-      while (same < tokens.length && same < lstmCache.tokens.length && tokens[same] === lstmCache.tokens[same]) same++;
-      lstmCache.tokens.length = same;
-      lstmCache.states.length = same;
-      let state = same ? lstmCache.states[same - 1] : lstmState(model);
-      for (let i = same; i < tokens.length; i++) {
-        state = lstmStep(model, state, tokens[i], false).state;
-        lstmCache.tokens.push(tokens[i]);
-        lstmCache.states.push(state);
+      while (same < tokens.length && same < cache.tokens.length && tokens[same] === cache.tokens[same]) same++;
+      cache.tokens.length = same;
+      if (cache.c.length < tokens.length * H) { // room for every state, doubling as the prompt grows
+        const rows = Math.max(tokens.length, 2 * cache.c.length / H);
+        for (const key of ["h", "c"]) {
+          const grown = new Float32Array(rows * H);
+          grown.set(cache[key].subarray(0, same * H));
+          cache[key] = grown;
+        }
       }
-      return { logits: lstmHead(model, state.h), state };
+      const state = lstmState(model);
+      if (same) {
+        state.h.set(cache.h.subarray((same - 1) * H, same * H));
+        state.c.set(cache.c.subarray((same - 1) * H, same * H));
+      }
+      for (let i = same; i < Math.min(tokens.length, same + most); i++) {
+        lstmStep(model, state, tokens[i], false);
+        cache.h.set(state.h, i * H);
+        cache.c.set(state.c, i * H);
+        cache.tokens.push(tokens[i]);
+      }
+      return cache.tokens.length < tokens.length ? null : { logits: lstmHead(model, state.h), state };
     }
 
     function read(model) {
-      // the prompt as the chosen model reads it: {tokens, notes}
-      const text = prompt.value, { tokens, skipped } = encode(model, text);
+      // the prompt as the chosen model reads it: {tokens, at (each one's position in the prompt), notes (say's parts)}
+      const { tokens, at, skipped } = encode(model, prompt.value);
       const notes = [];
       if (skipped.length) {
-        const unique = [...new Set(skipped)].slice(0, 5).map(shown).join(", ");
-        notes.push(`Skipped ${skipped.length} character${skipped.length > 1 ? "s" : ""} the model has never seen (${unique}).`);
+        const unique = [...new Set(skipped)].slice(0, 5).map((ch) => ({ isolated: shown(ch) }));
+        notes.push(`Skipped ${count(skipped.length)} character${skipped.length > 1 ? "s" : ""} the model has never ` +
+          "seen (", ...unique.flatMap((item, i) => (i ? [", ", item] : [item])), ").");
       }
-      const limit = model.kind === "gpt" ? model.config.context : LSTM_LIMIT;
-      if (tokens.length > limit) {
-        notes.push(model.kind === "gpt"
-          ? `The transformer reads the last ${limit} of these ${tokens.length.toLocaleString("en")} characters, its context.`
-          : `The LSTM reads the last ${limit.toLocaleString("en")} of these ${tokens.length.toLocaleString("en")} characters.`);
+      const n = tokens.length, gpt = model.kind === "gpt";
+      const start = gpt ? Math.max(0, n - model.config.context)
+        : Math.ceil(Math.max(0, n - LSTM_LIMIT) / LSTM_DROP) * LSTM_DROP;
+      if (start) {
+        notes.push(`${notes.length ? " " : ""}The ${gpt ? "transformer" : "LSTM"} reads the last ${count(n - start)} ` +
+          `of these ${count(n)} characters${gpt ? ", its context" : ""}.`);
       }
-      return { tokens: tokens.slice(-limit), notes };
+      return { tokens: tokens.slice(start), at: at.slice(start), notes };
     }
 
     function clamp(input) {
@@ -441,90 +510,165 @@
       return value;
     }
 
-    function shade(model, tokens, values, color) {
-      // the characters read, each shaded by its value (-1 .. 1); its value is its title, and the summary's
-      shaded.replaceChildren(...tokens.map((id, i) => {
-        const span = document.createElement("span");
-        span.textContent = model.vocab[id];
-        span.title = `${shown(model.vocab[id])}: ${values[i].toFixed(2)}`;
-        span.style.backgroundColor = color(values[i]);
-        return span;
-      }));
+    function topKUsed() {
+      // the field as a whole number from 1 to its max; any other value is corrected in the field, and said.
+      // An empty field is being typed into: the last k stands
+      if (topK.value === "") return;
+      const raw = topK.value, max = Number(topK.max);
+      k = Math.min(max, Math.max(1, Math.round(Number(raw)) || 1));
+      if (String(k) !== raw) {
+        topK.value = k;
+        correction = `Top-k takes a whole number from 1 to ${max}: ${raw} became ${k}.`;
+      }
     }
 
-    function inside(model, tokens, attention) {
-      // the LSTM's chosen cell over every character read, or the GPT's chosen head from the last one
-      for (const part of root.querySelectorAll("[data-for]")) part.hidden = part.dataset.for !== model.kind;
-      if (model.kind === "lstm") {
-        const j = clamp(cell), values = lstmCache.states.map((s) => Math.tanh(s.c[j]));
+    function add(ch) {
+      // one character of the shading, its span. The spans flow in runs (inline blocks) of RUN characters at most,
+      // ended after a space once half full, so that lines still break between words; a newline stands between runs
+      // and breaks the line. A key typed at 10,000 characters then lays out one run and a paragraph of 1,000
+      // runs, not one of 10,000 spans (15 ms a key)
+      const span = document.createElement("span");
+      span.textContent = ch;
+      const run = shaded.lastElementChild, held = run?.className === "char-model__run" ? run.childElementCount : RUN;
+      if (ch === "\n") shaded.append(span);
+      else if (held < RUN && !(held >= RUN / 2 && run.lastChild.textContent === " ")) run.append(span);
+      else {
+        const fresh = document.createElement("span");
+        fresh.className = "char-model__run";
+        fresh.append(span);
+        shaded.append(fresh);
+      }
+      return span;
+    }
+
+    function paint(span, model, token, position, value, color) {
+      span.title = `${model.names[token]}, character ${count(position + 1)}: ${value}`;
+      span.style.backgroundColor = color;
+      return span;
+    }
+
+    function unshade() {
+      shaded.replaceChildren();
+      Object.assign(drawn, { cell: -1, tokens: [], at: [], spans: [] });
+    }
+
+    function shadeCell(model, tokens, at, j) {
+      // cell j's tanh(c) after each character read. Only the characters from the first whose token or position
+      // changed are drawn again (a key typed at the end adds one span); another cell repaints the rest
+      const H = model.config.hidden, c = lstmCache.c;
+      const shade = (span, i) => {
+        const v = Math.tanh(c[i * H + j]);
         // red above 0, blue below; light enough that the text stays legible in both palettes
-        shade(model, tokens, values, (v) => (v >= 0 ? `rgba(214, 39, 40, ${0.45 * v})` : `rgba(31, 119, 180, ${-0.45 * v})`));
-        const order = [...values.keys()].sort((a, b) => values[b] - values[a]);
-        const at = (i) => `${signed(values[i])} at ${shown(model.vocab[tokens[i]])} (character ${i + 1})`;
-        summary.textContent = `Cell ${j}, tanh(c) over the ${tokens.length.toLocaleString("en")} characters read: ` +
-          `highest ${order.slice(0, 3).map(at).join(", ")}; lowest ${order.slice(-3).reverse().map(at).join(", ")}.`;
+        return paint(span, model, tokens[i], at[i], signed(v),
+                     v >= 0 ? `rgba(214, 39, 40, ${0.45 * v})` : `rgba(31, 119, 180, ${-0.45 * v})`);
+      };
+      let same = 0;
+      while (same < tokens.length && same < drawn.tokens.length && tokens[same] === drawn.tokens[same] &&
+             at[same] === drawn.at[same]) same++;
+      const atEnd = shaded.scrollTop + shaded.clientHeight >= shaded.scrollHeight - 2;
+      if (!same) unshade();
+      for (const span of drawn.spans.splice(same)) {
+        const run = span.parentNode;
+        span.remove();
+        if (run !== shaded && !run.firstChild) run.remove();
+      }
+      if (drawn.cell !== j) drawn.spans.forEach(shade);
+      for (let i = same; i < tokens.length; i++) drawn.spans.push(shade(add(model.vocab[tokens[i]]), i));
+      Object.assign(drawn, { cell: j, tokens, at });
+      if (atEnd) shaded.scrollTop = shaded.scrollHeight; // the box follows the typing, unless scrolled back
+    }
+
+    function inside(model, tokens, at, attention) {
+      // the LSTM's chosen cell over every character read, or the GPT's chosen head from the last one;
+      // positions are the prompt's
+      for (const part of root.querySelectorAll("[data-for]")) part.hidden = part.dataset.for !== model.kind;
+      const where = (i) => `${shown(model.vocab[tokens[i]])} (character ${count(at[i] + 1)})`;
+      if (model.kind === "lstm") {
+        const j = clamp(cell), H = model.config.hidden, c = lstmCache.c, n = tokens.length;
+        shadeCell(model, tokens, at, j);
+        const value = (i) => c[i * H + j]; // ranked before tanh, which keeps the order
+        const at3 = (i) => `${signed(Math.tanh(value(i)))} at ${where(i)}`;
+        const highest = largest(n, value), lowest = largest(n, (i) => -value(i));
+        summary.textContent = `Cell ${j}, tanh(c) over the ${count(n)} characters read: ` +
+          `highest ${highest.map(at3).join(", ")}; lowest ${lowest.map(at3).join(", ")}.`;
       } else {
+        unshade(); // the window moved: every weight is new
         const l = clamp(layer), h = clamp(head), weights = attention[l - 1][h - 1], top = Math.max(...weights);
-        shade(model, tokens, [...weights], (w) => `rgba(214, 39, 40, ${(0.45 * w) / top})`);
-        const order = [...weights.keys()].sort((a, b) => weights[b] - weights[a]).slice(0, 3);
+        weights.forEach((w, i) => paint(add(model.vocab[tokens[i]]), model, tokens[i], at[i], percent(w),
+                                        `rgba(214, 39, 40, ${(0.45 * w) / top})`));
         const back = (i) => (i === tokens.length - 1 ? "the last" : `${tokens.length - 1 - i} back`);
         summary.textContent = `Layer ${l}, head ${h}, from the last character, ${shown(model.vocab[tokens.at(-1)])}: ` +
-          order.map((i) => `${percent(weights[i])} on ${shown(model.vocab[tokens[i]])} (${back(i)})`).join(", ") + ".";
+          largest(weights.length, (i) => weights[i])
+            .map((i) => `${percent(weights[i])} on ${shown(model.vocab[tokens[i]])} (${back(i)})`).join(", ") + ".";
       }
     }
 
     function predict(announce) {
-      // announce: null (say nothing), "prediction" or "inside" (what the last change was about)
+      // announce: null (say nothing), "prediction", "top-k" or "inside" (what the last change was about)
       const model = models[kind()];
-      const { tokens, notes } = read(model);
-      note.textContent = notes.join(" ");
-      bars.replaceChildren();
-      tbody.replaceChildren();
-      root.dataset.predictions = Number(root.dataset.predictions || 0) + 1; // the fast-typing test counts them
-      if (!tokens.length) {
-        shaded.replaceChildren();
-        summary.textContent = "";
-        note.textContent = (note.textContent + " Type at least one character the model knows.").trim();
-        if (announce) status.textContent = note.textContent;
+      const { tokens, at, notes } = read(model);
+      const andThen = (sentence) => [...notes, `${notes.length ? " " : ""}${sentence}`];
+      const got = !tokens.length ? null
+        : model.kind === "lstm" ? lstmRead(model, tokens, LSTM_SLICE) : gptForward(model, tokens);
+      if (tokens.length && !got) { // a long prompt, pasted or edited near its start: a slice at a time, keys answered
+        say(note, andThen(`Reading: ${count(lstmCache.tokens.length)} of ${count(tokens.length)} characters…`));
+        setTimeout(() => schedule(announce));
         return;
       }
-      const { logits: row, attention } = model.kind === "lstm" ? lstmRead(model, tokens) : gptForward(model, tokens);
-      const { probs, order } = distribution(row, Number(temperature.value), Number(topK.value));
-      const top = order.slice(0, 10);
-      for (const id of top) {
-        const label = shown(model.vocab[id]), p = probs[id];
-        const bar = document.createElement("div");
-        bar.className = "char-model__bar";
-        bar.innerHTML = '<span class="char-model__char"></span><span class="char-model__track">' +
-          '<span class="char-model__fill"></span></span><span class="char-model__p"></span>';
-        bar.children[0].textContent = label;
-        bar.querySelector(".char-model__fill").style.width = `${(100 * p).toFixed(1)}%`;
-        bar.children[2].textContent = `${(100 * p).toFixed(1)}%`;
-        bars.append(bar);
-        const tr = document.createElement("tr");
-        tr.innerHTML = "<td></td><td></td>";
-        tr.children[0].textContent = label;
-        tr.children[1].textContent = `${(100 * p).toFixed(1)}%`;
-        tbody.append(tr);
+      bars.replaceChildren();
+      tbody.replaceChildren();
+      if (!tokens.length) {
+        unshade();
+        summary.textContent = "";
+        say(note, andThen("Type at least one character the model knows."));
+        if (announce) say(status, andThen("Type at least one character the model knows."));
+      } else {
+        say(note, notes);
+        const { logits: row, attention } = got;
+        const { probs, order } = distribution(row, Number(temperature.value), k);
+        const top = order.slice(0, 10);
+        for (const id of top) {
+          const label = shown(model.vocab[id]), p = probs[id];
+          const bar = document.createElement("div");
+          bar.className = "char-model__bar";
+          bar.innerHTML = '<span class="char-model__char"></span><span class="char-model__track">' +
+            '<span class="char-model__fill"></span></span><span class="char-model__p"></span>';
+          bar.children[0].textContent = label;
+          bar.querySelector(".char-model__fill").style.width = `${(100 * p).toFixed(1)}%`;
+          bar.children[2].textContent = `${(100 * p).toFixed(1)}%`;
+          bars.append(bar);
+          const tr = document.createElement("tr");
+          tr.innerHTML = "<td></td><td></td>";
+          tr.children[0].textContent = label;
+          tr.children[1].textContent = `${(100 * p).toFixed(1)}%`;
+          tbody.append(tr);
+        }
+        root.dataset.top = shown(model.vocab[top[0]]);
+        inside(model, tokens, at, attention);
+        if (announce === "inside") status.textContent = summary.textContent;
+        else if (announce) {
+          const knob = announce === "top-k" ? `${correction || `Top-k ${k}.`} ` : "";
+          say(status, [`${knob}${NAMES[model.kind]}: most likely next character ${shown(model.vocab[top[0]])}, ` +
+            `${percent(probs[top[0]])}; then ${top.slice(1, 3).map((i) => shown(model.vocab[i])).join(", ")}.` +
+            (notes.length ? " " : ""), ...notes]);
+        }
       }
-      root.dataset.top = shown(model.vocab[top[0]]);
-      inside(model, tokens, attention);
-      if (announce === "inside") status.textContent = summary.textContent;
-      else if (announce) {
-        status.textContent = `${NAMES[model.kind]}: most likely next character ${shown(model.vocab[top[0]])}, ` +
-          `${percent(probs[top[0]])}; then ${top.slice(1, 3).map((i) => shown(model.vocab[i])).join(", ")}.` +
-          (notes.length ? ` ${notes.join(" ")}` : "");
-      }
+      correction = "";
+      // shown: the fast-typing test counts predictions, and the benchmark times a key to this mark
+      root.dataset.predictions = Number(root.dataset.predictions || 0) + 1;
     }
 
     function schedule(announce) {
-      // fast typing: each change supersedes the last; one prediction per frame, for the latest prompt.
-      // A writing under way sees the generation move on and stops.
+      // fast typing: each change supersedes the last; one prediction, for the latest prompt, once the event
+      // being handled is done (a script's burst of them is read once). A microtask, not a timer or an animation
+      // frame: Chromium draws the typed key first and runs those a frame later, so the prediction lagged behind
+      // the key. A writing under way sees the generation move on and stops
       generation++;
       pendingAnnounce = announce;
-      if (frame) return;
-      frame = requestAnimationFrame(() => {
-        frame = 0;
+      if (queued) return;
+      queued = true;
+      queueMicrotask(() => {
+        queued = false;
         const name = kind();
         if (models[name]) return predict(pendingAnnounce);
         note.textContent = `Loading the ${NAMES[name]}…`;
@@ -537,10 +681,9 @@
       const mine = ++generation, model = models[kind()];
       const { tokens } = read(model);
       if (!tokens.length) return predict("prediction");
-      const tau = Number(temperature.value), k = Number(topK.value);
+      const tau = Number(temperature.value), used = k;
       const out = [];
-      let state = null, caches = null, recent = tokens.slice(-(model.config.context || LSTM_LIMIT));
-      let logitsRow = null;
+      let state = null, caches = null, recent = tokens, logitsRow = null;
       if (model.kind === "lstm") ({ logits: logitsRow, state } = lstmRead(model, tokens));
       else {
         caches = gptCache(model);
@@ -552,11 +695,11 @@
       const chunk = () => {
         if (mine !== generation) return; // the prompt or a knob changed: this writing is stale
         for (let n = 0; n < 20 && out.length < 200; n++) {
-          const id = draw(distribution(logitsRow, tau, k).probs);
+          const id = draw(distribution(logitsRow, tau, used).probs);
           out.push(id);
-          if (model.kind === "lstm") ({ logits: logitsRow, state } = lstmStep(model, state, id));
+          if (model.kind === "lstm") logitsRow = lstmStep(model, state, id);
           else if (recent.length < model.config.context) {
-            recent.push(id);
+            recent = [...recent, id];
             logitsRow = gptStep(model, caches, id).logits; // the window fills: one position through the KV cache
           } else {
             // the window slides: every position moves, so no cached key or value applies; reread it in one pass
@@ -566,7 +709,7 @@
         }
         written.textContent = out.map((i) => model.vocab[i]).join("");
         if (out.length < 200) setTimeout(chunk, 0);
-        else status.textContent = `Wrote 200 characters at temperature ${tau}, top-k ${k}.`;
+        else status.textContent = `Wrote 200 characters at temperature ${tau.toFixed(1)}, top-k ${used}.`;
       };
       setTimeout(chunk, 0);
     }
@@ -596,7 +739,11 @@
         temperatureValue.textContent = Number(temperature.value).toFixed(1);
         schedule("prediction");
       });
-      topK.addEventListener("input", () => schedule("prediction"));
+      topK.addEventListener("input", () => {
+        topKUsed();
+        schedule("top-k");
+      });
+      topK.addEventListener("change", () => { if (topK.value === "") topK.value = k; }); // left empty: the k used
       [cell, layer, head].forEach((input) => input.addEventListener("input", () => schedule("inside")));
       write.addEventListener("click", writeText);
       live.hidden = false;

@@ -33,8 +33,11 @@ WORKERS = "LESSONLIB_WORKERS"  # overrides the workers option
 DEVICE = "LESSONLIB_DEVICE"  # the torch device pages run on: cpu (the default), cuda, cuda:1
 _DEVICE_NAME = re.compile(r"cpu|(?:cuda|mps|xpu)(?::\d+)?")
 PERTURB = "LESSONLIB_PERTURB"  # scripts/robustness: stand-ins for another machine (scripts/perturb)
+_PERTURBATION = re.compile(r"subnormals|threads=[1-9]\d*")
 BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which ends when the build does
 SCHEDULER = "LESSONLIB_SCHEDULER"  # overrides the scheduler option: run pages on that Dask cluster
+# What Dask's Client connects to: PROTOCOL://HOST:PORT (or HOST:PORT, tcp), an IPv6 host in brackets.
+_ADDRESS = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}|inproc://\S+")
 VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID, SCHEDULER)
 # Read by the build only, never in a page's process (which reads its settings for lessonlib.device()):
 # it would record them as inputs, and a cluster build would run again what a local build cached.
@@ -71,6 +74,7 @@ class Settings:
         object.__setattr__(self, "root", Path(self.root).resolve())
         if self.cache_dir is not None:
             object.__setattr__(self, "cache_dir", Path(self.cache_dir).resolve())
+            _own_folder("cache_dir", self.cache_dir, self.root)
         checked = {
             "timeout": options.positive("timeout", self.timeout, "seconds"),
             "workers": options.whole_number("workers", self.workers),
@@ -82,26 +86,76 @@ class Settings:
             checked["memory_limit_mb"] = options.positive("memory_limit_mb", self.memory_limit_mb, "MB")
         if not _DEVICE_NAME.fullmatch(self.device):  # at the start, whether or not a page asks for it
             raise SetupError(f"{DEVICE}: {self.device!r} is not a torch device: cpu, cuda, cuda:N, mps or xpu")
+        for perturbation in self.perturb:
+            if not _PERTURBATION.fullmatch(perturbation):
+                raise SetupError(f"{PERTURB}: {perturbation!r} is not a perturbation: subnormals or threads=N "
+                                 "(N of 1 or more), comma-separated")
+        if self.scheduler is not None:
+            scheduler_address("scheduler", self.scheduler)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
     def with_environment(self) -> Settings:
-        """Apply the LESSONLIB_* variables (a bad value is a SetupError naming the variable)."""
-        env = {name: os.environ.get(name, "") for name in VARIABLES if name not in BUILD_ONLY}
+        """Apply the LESSONLIB_* variables (a bad value is a SetupError naming the variable; a
+        blank one is unset)."""
+        env = {name: os.environ.get(name, "").strip() for name in VARIABLES if name not in BUILD_ONLY}
         switches = {name: options.switch(name, env[name]) for name in (EXECUTE, REFRESH) if env[name]}
+        cache_dir = Path(env[CACHE_DIR]).expanduser().resolve() if env[CACHE_DIR] else None
+        if cache_dir is not None:
+            _own_folder(CACHE_DIR, cache_dir, self.root)
         return replace(
             self,
-            cache_dir=Path(env[CACHE_DIR]) if env[CACHE_DIR] else self.cache_dir,
+            cache_dir=cache_dir or self.cache_dir,
             execute=self.execute and switches.get(EXECUTE, True),
             refresh=self.refresh or switches.get(REFRESH, False),
             workers=options.whole_number(WORKERS, env[WORKERS]) if env[WORKERS] else self.workers,
-            device=env[DEVICE].strip() or self.device,
+            device=env[DEVICE] or self.device,
             perturb=tuple(p.strip() for p in env[PERTURB].split(",") if p.strip()) or self.perturb,
         )
 
     def with_build_environment(self) -> Settings:
-        """with_environment, and the variables only a build reads (BUILD_ONLY): for the doors."""
-        return replace(self.with_environment(), scheduler=os.environ.get(SCHEDULER, "").strip() or self.scheduler)
+        """with_environment, and the variables only a build reads (BUILD_ONLY): for the doors, at
+        the build's start. Also refused there: a LESSONLIB_* variable that is not one of the
+        engine's (misspelt, it would be ignored), and a device this machine lacks (unless pages
+        run on a cluster, whose workers have devices of their own)."""
+        unknown = sorted(name for name in os.environ if name.startswith("LESSONLIB_") and name not in VARIABLES)
+        if unknown:
+            raise SetupError(f"{unknown[0]}: {os.environ[unknown[0]]!r} is set, but lessonlib has no such variable "
+                             f"(misspelt? its variables are {', '.join(v for v in VARIABLES if v != BUILD_PID)})")
+        scheduler = os.environ.get(SCHEDULER, "").strip()
+        settings = replace(self.with_environment(),
+                           scheduler=scheduler_address(SCHEDULER, scheduler) if scheduler else self.scheduler)
+        if not settings.scheduler:
+            _device_here(settings.device)
+        return settings
+
+
+def scheduler_address(source: str, address: str) -> str:
+    """The address, if Dask's Client could connect to it; else a SetupError naming `source`."""
+    if not _ADDRESS.fullmatch(address):
+        raise SetupError(f"{source}: {address!r} is not a Dask scheduler's address (tcp://HOST:PORT)")
+    return address
+
+
+def _own_folder(source: str, cache_dir: Path, root: Path) -> None:
+    """A SetupError if the cache folder is the project's or holds it: the cache is the build's
+    alone (it prunes it; `lessonlib cache --clear` deletes it whole)."""
+    if cache_dir == root or cache_dir in root.parents:
+        raise SetupError(f"{source}: {str(cache_dir)!r} holds the project {root}: the cache needs a folder of its own "
+                         "(the default, the user's cache folder, is shared by every clone)")
+
+
+def _device_here(name: str) -> None:
+    """A SetupError if torch sees no such device here (torch is imported only for one other than cpu)."""
+    if name == "cpu":
+        return
+    import torch
+
+    device = torch.device(name)
+    count = getattr(torch, device.type).device_count()  # torch.cuda, torch.mps, torch.xpu
+    if (device.index or 0) >= count:
+        raise SetupError(f"{DEVICE}: {name!r}, but torch sees no such device on this machine "
+                         f"({count} {device.type} device{'s' if count != 1 else ''})")
 
 
 def environment_settings() -> Settings:
@@ -160,9 +214,13 @@ def __getattr__(name: str) -> type:
 
 def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settings:
     """The Settings for a validated LessonConfig and the environment. Raises SetupError, naming
-    the option or the variable, for a bad value."""
+    the option or the variable, for a bad value or an option lessonlib does not have."""
+    unknown = sorted(set(config) - set(type(config)()))  # MkDocs only warns of them; the CLI would ignore them
+    if unknown:
+        raise SetupError(f"{config_name}, lessonlib option {unknown[0]}: {config[unknown[0]]!r}: lessonlib has no "
+                         f"such option (misspelt? its options are {', '.join(type(config)())})")
     try:
-        cache_dir = root / config.cache_dir if config.cache_dir else user_cache_dir()
+        cache_dir = root / Path(config.cache_dir).expanduser() if config.cache_dir else user_cache_dir()
         settings = Settings(root=root, timeout=config.timeout, cache_dir=cache_dir,
                             workers=config.workers, memory_limit_mb=config.memory_limit_mb,
                             output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb,

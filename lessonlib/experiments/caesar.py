@@ -89,9 +89,7 @@ def train(causal: bool, seed: int = 0, protocol: CaesarProtocol = PROTOCOL, devi
     attention(layer), if given, replaces each block's self-attention (the exercise plugs in the
     reader's functions, on the layer's weights)."""
     p, device = protocol, torch.device(device)
-    with torch.random.fork_rng(devices=[]):  # the caller's random state is left alone
-        torch.manual_seed(seed)
-        model = TokenModel(VOCAB, p.d_model, p.heads, p.layers, max_len=p.length, causal=causal)
+    model = initial_model(causal, seed, p)
     if attention is not None:
         for block in model.transformer.blocks:
             block.self_attn = attention(block.self_attn)
@@ -112,6 +110,15 @@ def train(causal: bool, seed: int = 0, protocol: CaesarProtocol = PROTOCOL, devi
     return Trained(model.eval(), losses)
 
 
+def initial_model(causal: bool, seed: int = 0, protocol: CaesarProtocol = PROTOCOL) -> TokenModel:
+    """The untrained model `train` starts from, drawn from `seed` on the CPU; the caller's random
+    state is left alone."""
+    p = protocol
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return TokenModel(VOCAB, p.d_model, p.heads, p.layers, max_len=p.length, causal=causal)
+
+
 def train_both(seed: int = 0, protocol: CaesarProtocol = PROTOCOL, device: Device = "cpu",
                workers: int | None = None) -> dict[str, Trained]:
     """{"masked": ..., "unmasked": ...}: train() with and without the mask. On a CPU the two run
@@ -121,8 +128,20 @@ def train_both(seed: int = 0, protocol: CaesarProtocol = PROTOCOL, device: Devic
     if workers is None:
         workers = 1 if device.type != "cpu" else min(2, cpus())
     runs = Parallel(n_jobs=workers)(
-        delayed(train)(causal, seed, protocol, str(device), progress=False) for causal in (True, False))
-    return dict(zip(("masked", "unmasked"), runs))
+        delayed(_trained_weights)(causal, seed, protocol, str(device)) for causal in (True, False))
+    trained = {}
+    for name, causal, (weights, losses) in zip(("masked", "unmasked"), (True, False), runs):
+        model = initial_model(causal, seed, protocol)
+        model.load_state_dict(weights)
+        trained[name] = Trained(model.to(device).eval(), losses)
+    return trained
+
+
+def _trained_weights(causal: bool, seed: int, protocol: CaesarProtocol, device: str) -> tuple[dict, list[float]]:
+    """train()'s weights, on the CPU, and its losses: plain data, which crosses from a worker
+    process (or a Dask cluster's worker) back to the caller, where a live model may not."""
+    run = train(causal, seed, protocol, device, progress=False)
+    return run.model.cpu().state_dict(), run.losses
 
 
 def held_out(n: int, protocol: CaesarProtocol = PROTOCOL, device: Device = "cpu") -> Tensor:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from joblib import Parallel, delayed
@@ -219,18 +219,34 @@ def position_loss(model: nn.Module, x: Tensor, y: Tensor, batch: int = 256) -> T
     return (total / len(x)).float()
 
 
-RUNS = (("gpt", 0, None), ("rnn", 0, None), ("lstm", 0, None), ("lstm", 0, 4))  # longest first
+SHORT_TRUNCATION = 4  # the LSTM's second run: each backward pass reaches back at most this many characters
+RUNS = (("gpt", 0, None), ("rnn", 0, None), ("lstm", 0, None), ("lstm", 0, SHORT_TRUNCATION))  # longest first
 
 
 def train_all(runs: Sequence[tuple[str, int, int | None]] = RUNS, protocol: LMProtocol = PROTOCOL,
               device: Device = "cpu", workers: int | None = None) -> dict[tuple[str, int, int | None], Trained]:
     """train() for every (name, seed, truncation) of `runs`, by default the lesson's: the three
-    models, and the LSTM again with a truncation of 4. On a CPU the runs are spread over one
-    process per core, each single-threaded; the results do not depend on how many."""
+    models, and the LSTM again with a truncation of SHORT_TRUNCATION. On a CPU the runs are
+    spread over one process per core, each single-threaded; the results do not depend on how many."""
     device = torch.device(device)
     workers = (1 if device.type != "cpu" else cpus()) if workers is None else workers
-    trained = Parallel(n_jobs=workers)(delayed(train)(n, protocol, s, str(device), k) for n, s, k in runs)
-    return dict(zip(runs, trained))
+    sent = Parallel(n_jobs=workers)(delayed(_trained_weights)(n, protocol, s, str(device), k) for n, s, k in runs)
+    vocab = len(load().tokenizer)
+    trained = {}
+    for (name, seed, truncation), (weights, run) in zip(runs, sent):
+        with torch.random.fork_rng(devices=[]):  # build() seeds: the caller's random state is left alone
+            model = build(name, vocab, protocol, seed)
+        model.load_state_dict(weights)
+        trained[name, seed, truncation] = replace(run, model=model.eval())
+    return trained
+
+
+def _trained_weights(name: str, protocol: LMProtocol, seed: int, device: str,
+                     truncation: int | None) -> tuple[dict[str, Tensor], Trained]:
+    """train()'s model as its weights, and the rest of its Trained: plain data, which crosses from a
+    worker process (or a Dask cluster's worker) back to the caller, where a live model may not."""
+    run = train(name, protocol, seed, device, truncation)
+    return run.model.state_dict(), replace(run, model=None)
 
 
 def ngram_bits(train_ids: Tensor, val_ids: Tensor, vocab: int, order: int, alpha: float = 0.1) -> float:

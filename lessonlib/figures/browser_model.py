@@ -49,7 +49,7 @@ def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, voc
         '<div class="char-model__live" hidden>',
         '<fieldset class="char-model__models"><legend>Model</legend>',
         '<label><input type="radio" name="char-model-kind" value="lstm"> LSTM (reads the whole prompt, '
-        "up to its last 2,000 characters)</label>",
+        "up to 12,000 characters, carrying its state)</label>",
         '<label><input type="radio" name="char-model-kind" value="gpt" checked> Transformer (reads the last '
         "64 characters, its context)</label>",
         "</fieldset>",

@@ -33,6 +33,7 @@ models is whether context_t is there.
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 import torch
@@ -294,9 +295,24 @@ def train_both(first: dict, second: dict, *, workers: int | None = None, **share
     device = torch.device(shared.get("device", "cpu"))
     if workers is None:
         workers = 1 if device.type != "cpu" else min(2, cpus())
-    shared = {**shared, "device": str(device)}  # a plain string crosses to the worker processes
-    runs = Parallel(n_jobs=workers)(delayed(train)(**variant, **shared) for variant in (first, second))
-    return runs[0], runs[1]
+    runs = [{**variant, **shared, "device": str(device)} for variant in (first, second)]  # a string crosses
+    weights = Parallel(n_jobs=workers)(delayed(_trained_weights)(**run) for run in runs)
+    return _rebuilt(runs[0], weights[0]), _rebuilt(runs[1], weights[1])
+
+
+def _trained_weights(**run) -> dict[str, torch.Tensor]:
+    """``train(**run)``'s weights, on the CPU: plain data, which crosses from a worker process (or a
+    Dask cluster's worker) back to the caller, where a live model may not."""
+    return train(**run).cpu().state_dict()
+
+
+def _rebuilt(run: dict, weights: dict[str, torch.Tensor]) -> Seq2Seq:
+    """The model ``train(**run)`` returned, from its weights: ``initial_model`` takes the options
+    that shape the model, from ``run``."""
+    shape = inspect.signature(initial_model).parameters
+    model = initial_model(**{name: value for name, value in run.items() if name in shape})
+    model.load_state_dict(weights)
+    return model.to(run["device"]).eval()
 
 
 @torch.no_grad()

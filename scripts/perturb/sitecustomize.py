@@ -8,9 +8,17 @@ start) applies what LESSONLIB_PERTURB names (comma-separated):
 
 ATEN_CPU_CAPABILITY (other vectorised kernels) needs no help here: torch reads it itself.
 """
-from lessonlib.engine.config import environment_settings
+import os
+import sys
 
-_asked = environment_settings().perturb
+from lessonlib.engine.config import environment_settings
+from lessonlib.engine.worker.errors import SetupError
+
+try:
+    _asked = environment_settings().perturb  # each one checked there
+except SetupError as _bad:  # one line: site.py would go on unperturbed, or end with a traceback on SystemExit
+    sys.stderr.write(f"{_bad}\n")
+    os._exit(2)
 if _asked:
     import torch
 
@@ -22,6 +30,3 @@ if _asked:
             _threads, _set = int(_perturbation.split("=")[1]), torch.set_num_threads
             torch.set_num_threads = lambda n: _set(_threads)
             _set(_threads)
-        else:
-            known = "subnormals, threads=N"
-            raise SystemExit(f"LESSONLIB_PERTURB: unknown perturbation {_perturbation!r} (known: {known})")

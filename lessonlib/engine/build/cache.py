@@ -8,10 +8,11 @@ the installed distributions its code refers to included; a lookup hits only if e
 input is unchanged. The engine's code is not in the key: the worker-side modules a page ran
 with are inputs in its manifest, like any project module, and the build-side ones (plugin,
 render, notebook, the HTML and search memos, pool, page, this module) change no stored result;
-what they store themselves is keyed on their own code (store.source_fingerprint). Entries carry a checksum,
-are written atomically and exist only for complete, successful runs. Paths in keys and
-manifests are relative to the project's root, so every clone shares one cache (by default the
-user's: lessonlib.engine.config.user_cache_dir). Nothing here imports torch.
+what they store themselves is keyed on their own code (store.source_fingerprint). Entries are
+sealed (store.seal: one the build did not write is a miss), are written atomically and exist only
+for complete, successful runs; what the build loads from the cache is JSON, never a pickle. Paths
+in keys and manifests are relative to the project's root, so every clone shares one cache (by
+default the user's: lessonlib.engine.config.user_cache_dir). Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -29,7 +30,16 @@ from typing import TYPE_CHECKING
 from lessonlib.engine.worker.blocks import Block, Inline, ParsedPage, parse_page
 from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Reference, Source
-from lessonlib.engine.worker.store import discard, file_lock, kept, source_fingerprint, touch, write_atomically
+from lessonlib.engine.worker.store import (
+    discard,
+    file_lock,
+    kept,
+    seal,
+    sealed,
+    source_fingerprint,
+    touch,
+    write_atomically,
+)
 
 if TYPE_CHECKING:
     from filelock import FileLock
@@ -97,7 +107,8 @@ class PageCache:
         write_atomically(self.durations / path_name(path), f"{seconds:.3f}")
 
     def load(self, key: str) -> Entry | None:
-        """The stored entry, or None when absent, truncated or corrupt (a bad entry is removed)."""
+        """The stored entry, or None when absent, truncated, corrupt or not sealed by a build (a
+        bad entry is removed)."""
         path = self.root / f"{key}.json"
         if not path.is_file():  # absent, or a folder or a pipe in its place: a miss (reading a pipe would hang)
             discard(path)
@@ -105,8 +116,8 @@ class PageCache:
         try:
             entry = json.loads(path.read_text(encoding="utf-8"))
             payload = entry["payload"]
-            if entry["checksum"] != _checksum(payload):
-                raise ValueError("checksum mismatch")
+            if not sealed(self.root, entry["seal"], _canonical(payload)):
+                raise ValueError("not sealed by a build")
             blocks = [BlockOutput(b["text"], [Figure(**f) for f in b["figures"]], [DataTable(**t) for t in b["tables"]],
                                   Source(**b["source"]) if b.get("source") else None,
                                   [Reference(**r) for r in b.get("calls", [])])
@@ -114,7 +125,7 @@ class PageCache:
             published = {name: base64.b64decode(data, validate=True)
                          for name, data in payload.get("published", {}).items()}
             touch(path)
-            outputs = PageOutputs(blocks, dict(payload["inline"]), published)
+            outputs = PageOutputs(blocks, dict(payload["inline"]), published, list(payload.get("fences", [])))
             return Entry(outputs, Manifest.from_json(payload["manifest"]))
         except FileNotFoundError:
             return None
@@ -124,12 +135,13 @@ class PageCache:
 
     def store(self, key: str, entry: Entry) -> None:
         blocks, inline = entry.outputs.blocks, entry.outputs.values
-        payload = {"blocks": [asdict(b) for b in blocks], "inline": inline,
+        payload = {"blocks": [asdict(b) for b in blocks], "inline": inline, "fences": entry.outputs.fences,
                    "manifest": entry.manifest.to_json()}
         if entry.outputs.published:  # absent from entries that publish nothing (and from older ones)
             payload["published"] = {name: base64.b64encode(data).decode()
                                     for name, data in sorted(entry.outputs.published.items())}
-        write_atomically(self.root / f"{key}.json", json.dumps({"checksum": _checksum(payload), "payload": payload}))
+        sealed_payload = {"seal": seal(self.root, _canonical(payload)), "payload": payload}
+        write_atomically(self.root / f"{key}.json", json.dumps(sealed_payload))
 
     def lock(self, key: str, wait: bool) -> FileLock | None:
         """The page's lock (see file_lock)."""
@@ -190,5 +202,5 @@ def path_name(path: str) -> str:
     return hashlib.sha256(path.encode()).hexdigest()[:32]
 
 
-def _checksum(payload: dict) -> str:
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+def _canonical(payload: dict) -> bytes:
+    return json.dumps(payload, sort_keys=True).encode()

@@ -9,6 +9,10 @@ elsewhere while distributed.scheduler.allowed-failures allows, then the page fai
 at the line it was running (each worker tells the build the lines its page starts, as Dask events).
 A page's joblib calls run on the cluster too (process._joblib_on): run_page secedes from its
 Dask thread to leave it to them, so the build keeps no more pages in flight than there are threads.
+A page, and each of those calls, crosses as bytes (lessonlib.engine.worker.cluster_calls): a worker
+that cannot load it (no lessonlib there) fails it in one line naming the worker, where Dask's own
+loading would stall that worker for good. No wait is silent: a peer that is not a scheduler is
+one line within seconds, and while no worker has joined the build says so every SAY_SECONDS.
 
 Build side: the build imports it only with a scheduler set; no page's process imports it.
 """
@@ -19,7 +23,6 @@ import contextlib
 import functools
 import itertools
 import multiprocessing
-import re
 import sys
 import tempfile
 import threading
@@ -30,17 +33,18 @@ from dataclasses import replace
 from pathlib import Path
 
 from distributed import Client, as_completed, get_worker, secede
+from distributed.comm import connect
 from distributed.scheduler import KilledWorker
+from distributed.security import Security
 
 from lessonlib.engine.build import pool
 from lessonlib.engine.build.pool import Outcome, Task
-from lessonlib.engine.config import SCHEDULER
+from lessonlib.engine.config import SCHEDULER, scheduler_address
+from lessonlib.engine.worker import cluster_calls
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
 SAY_SECONDS = 30  # a build waiting on the cluster says what it waits for at least this often
-# What Dask's Client connects to: PROTOCOL://HOST:PORT (or HOST:PORT, tcp), an IPv6 host in brackets.
-_ADDRESS = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}|inproc://\S+")
 SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages
 LET_GO_SECONDS = SETTLE_SECONDS + 2 * CONNECT_SECONDS  # ... and at most this long for the cluster to answer at all
 LINES = "lessonlib-lines"  # the Dask event topic: {"build", "page", "line"} as a page starts a line
@@ -51,7 +55,11 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
     early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them (at most
     LET_GO_SECONDS: then the scheduler ends them as the build disconnects)."""
     client = _connect(scheduler)
-    _await_workers(client, scheduler)
+    try:
+        _await_workers(client, scheduler)
+    except BaseException:  # Ctrl-C, or the scheduler lost: the build lets go of the cluster
+        _let_go(client, [], LET_GO_SECONDS)
+        raise
     build, futures, lines = uuid.uuid4().hex[:12], {}, {}
 
     def told(event: tuple[float, dict]) -> None:
@@ -59,8 +67,10 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
             lines[event[1]["page"]] = event[1]["line"]
 
     def submit(i: int):
-        future = client.submit(run_page, tasks[i], memory_limit_mb, build, key=f"lessonlib-{build}-{tasks[i].job.path}",
-                               priority=len(tasks) - i, pure=False)
+        path = tasks[i].job.path  # the page crosses as bytes: a worker that cannot load it fails it in one line
+        future = client.submit(cluster_calls.run, f"the page {path}", cluster_calls.packed(run_page, tasks[i],
+                               memory_limit_mb, build), key=f"lessonlib-{build}-{path}", priority=len(tasks) - i,
+                               pure=False)
         futures[future] = tasks[i]
         return future
 
@@ -104,27 +114,38 @@ def _let_go(client: Client, running: list, seconds: float) -> bool:
 
 
 def _connect(scheduler: str) -> Client:
-    """A client of the scheduler, within CONNECT_SECONDS (and a little more for a peer that answers,
-    but not as a Dask scheduler would), or a SetupError in one line."""
+    """A client of the scheduler, or a SetupError in one line within CONNECT_SECONDS. Dask's Client
+    waits forever on a peer that takes the connection but never answers as a Dask server does (an
+    HTTP server): the peer is first asked what it is, under a deadline that leaves nothing running."""
     where = f"{SCHEDULER} or the scheduler option"
-    if not _ADDRESS.fullmatch(scheduler):
-        raise SetupError(f"{where}: {scheduler!r} is not a Dask scheduler's address (tcp://HOST:PORT)")
-    made: dict = {}
+    scheduler_address(where, scheduler)  # Settings checked it at the build's start; a direct caller too
+    unreachable = f"{where}: cannot reach the Dask scheduler {scheduler} within {CONNECT_SECONDS} s"
+    try:
+        peer = asyncio.run(asyncio.wait_for(_identity(scheduler), CONNECT_SECONDS + 1))  # connect's own, then a read
+    except TimeoutError:
+        peer = {}
+    except Exception as e:  # noqa: BLE001 (any failure to connect is said in one line)
+        raise SetupError(f"{unreachable} ({_one_line(e)})") from None
+    if peer.get("type") == "Worker":
+        raise SetupError(f"{where}: {scheduler} is a Dask worker's address; its scheduler's is {peer.get('scheduler')}")
+    if peer.get("type") != "Scheduler":
+        raise SetupError(f"{unreachable} (it did not answer as a Dask scheduler does)")
+    try:
+        with _quiet_unraisable():  # a half-made Client's __del__ would print a traceback
+            return Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False)
+    except Exception as e:  # noqa: BLE001
+        raise SetupError(f"{unreachable} ({_one_line(e)})") from None
 
-    def connect() -> None:
-        try:
-            made["client"] = Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False)
-        except Exception as e:  # noqa: BLE001 (any failure to connect is said in one line below)
-            made["error"] = e
 
-    with _quiet_unraisable():  # a half-made Client's __del__ would print a traceback
-        thread = threading.Thread(target=connect, name="lessonlib cluster connect", daemon=True)
-        thread.start()
-        thread.join(CONNECT_SECONDS + 5)
-    if "client" in made:
-        return made["client"]
-    why = _one_line(made["error"]) if "error" in made else "it did not answer as a Dask scheduler does"
-    raise SetupError(f"{where}: cannot reach the Dask scheduler {scheduler} within {CONNECT_SECONDS} s ({why})")
+async def _identity(address: str) -> dict:
+    """What the Dask server at `address` says it is ({} if what answers is not one)."""
+    comm = await connect(address, timeout=CONNECT_SECONDS, **Security().get_connection_args("client"))
+    try:
+        await comm.write({"op": "identity", "reply": True})
+        answer = await comm.read()
+    finally:
+        comm.abort()
+    return answer if isinstance(answer, dict) else {}
 
 
 @contextlib.contextmanager
@@ -138,12 +159,17 @@ def _quiet_unraisable() -> Iterator[None]:
 
 
 def _await_workers(client: Client, scheduler: str) -> None:
-    """Pages need a worker: say so at once and every SAY_SECONDS while none has joined."""
-    while not client.nthreads():
-        print(f"lessonlib: waiting for a Dask worker to join the scheduler at {scheduler} (none has yet)",
-              file=sys.stderr, flush=True)
-        with contextlib.suppress(TimeoutError):
-            client.wait_for_workers(1, timeout=SAY_SECONDS)
+    """Pages need a worker: say so at once and every SAY_SECONDS while none has joined; a
+    scheduler lost meanwhile is a SetupError."""
+    try:
+        while not client.nthreads():
+            print(f"lessonlib: waiting for a Dask worker to join the scheduler at {scheduler} (none has yet)",
+                  file=sys.stderr, flush=True)
+            with contextlib.suppress(TimeoutError):
+                client.wait_for_workers(1, timeout=SAY_SECONDS)
+    except OSError as e:  # Dask's Client gave up reconnecting
+        raise SetupError(f"the Dask scheduler at {scheduler} was lost while the build waited for a worker to join "
+                         f"({_one_line(e)})") from None
 
 
 class _Heartbeat:

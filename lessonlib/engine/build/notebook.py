@@ -5,7 +5,12 @@ block a code cell with the page's output attached, and each ``>>>`` example of a
 block a cell of its own, with its expected output. A first cell starts the kernel where every
 page starts (seed 0 everywhere, the house figure style). Cells carry tags: ``timing`` for
 measured timings, ``check`` for the asserts that back the prose (their source folded),
-``pycon`` for examples, ``setup`` for the first one.
+``pycon`` for examples, ``setup`` for the first one. What a page hides (hide-code, hide-output)
+a cell folds.
+
+A cell runs what its block ran, in a ``__main__`` as the page's blocks do. Jupyter reads a cell
+as IPython input, not as Python: what IPython would strip from a line (a prompt, a blank line's
+indent, in a string too) is written so that it reads the same (_as_typed).
 
 A published notebook (a lesson's, or an exercise, published_exercise) starts with one more
 cell, tagged ``install``: it installs lessonlib from the wheel the site publishes, with the
@@ -41,6 +46,7 @@ from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.worker.store import cache_errors, kept, source_fingerprint
 
 OWN_CODE = ("build/notebook", "build/render", "worker/blocks")  # the engine modules a notebook's text comes from
+HIDDEN = {"hide-code": "source_hidden", "hide-output": "outputs_hidden"}  # what a cell folds, by block option
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,
 # and the house figure style.
@@ -108,7 +114,7 @@ def published_exercise(text: str, install: Install, src_uri: str) -> str:
     return v4.writes(notebook)
 
 
-_LINK = re.compile(r"\]\(([^()\s]+)\)")  # [text](target) and ![alt](target)
+_LINK = re.compile(r"(?<!\\)\]\(([^()\s]+)\)")  # [text](target) and ![alt](target), not a value's \](text)
 
 
 def site_links(markdown: str, src_uri: str, site: str) -> str:
@@ -173,9 +179,9 @@ def notebook_text(page: ParsedPage, outputs: PageOutputs, key: str, store: Path 
 
 
 def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install | None = None) -> NotebookNode:
-    """Inline values are filled in and block outputs attached when the page has run. With
-    `install`, the notebook starts with the install cell (one for a kernel that has lessonlib
-    already, as the tests run it in this checkout, has none)."""
+    """Inline values are filled in (as text, escaped as on the page) and block outputs attached
+    when the page has run. With `install`, the notebook starts with the install cell (one for a
+    kernel that has lessonlib already, as the tests run it in this checkout, has none)."""
     blocks_out, values = (outputs.blocks, outputs.values) if outputs else (None, None)
     cells = [install_cell(install)] if install else []
     cells.append(_code(SETUP, "setup"))
@@ -193,14 +199,14 @@ def to_notebook(page: ParsedPage, outputs: PageOutputs | None, install: Install 
         prose.clear()
 
     for index, block in enumerate(page.blocks):
-        prose.extend(render_line(page, i, values, escape=False) for i in range(line, block.start))
+        prose.extend(render_line(page, i, values) for i in range(line, block.start))
         output, line = blocks_out[index] if blocks_out else None, block.end
         if block.kind == SOURCE:  # read, not run: code in the Markdown, with the prose around it
             prose.append(source_markdown(output.source if output else None, block.options[SOURCE], titled=False))
             continue
         flush()
         cells.extend(_examples(block) if block.kind == "pycon" else [_code_cell(block, output)])
-    prose.extend(render_line(page, i, values, escape=False) for i in range(line, len(page.lines)))
+    prose.extend(render_line(page, i, values) for i in range(line, len(page.lines)))
     flush()
     for number, cell in enumerate(cells):
         cell.id = f"cell-{number}"  # nbformat's ids are random; the same page must export the same bytes
@@ -230,20 +236,72 @@ def _code_cell(block: Block, output: BlockOutput | None) -> NotebookNode:
                      "data": {"text/markdown": markdown_table(table),
                               "text/plain": DATA_TITLE}} for table in output.tables]
     tag = "check" if block.check else "timing" if "timing" in block.options else None
-    code = block.code.rstrip()
+    code = _as_typed(block.code.rstrip())
     if "memo" in block.options:  # as on the page: these calls come from the cache
         code = f'with lessonlib.memoized(globals(), "{block.options["memo"]}"):\n{_indented(code)}'
-    return _code(_quiet(code), tag, tuple(outputs))
+    cell = _code(_quiet(code), tag, tuple(outputs))
+    hidden = {folded: True for option, folded in HIDDEN.items() if option in block.options}
+    if hidden:  # folded in Jupyter, as the page hides it
+        cell.metadata.setdefault("jupyter", {}).update(hidden)
+    return cell
 
 
 def _indented(code: str) -> str:
     """The code one level in, but for the lines that continue a string (their text is its text)."""
-    in_string = set()
-    for token in tokenize.generate_tokens(io.StringIO(code).readline):
-        if token.type == tokenize.STRING:
-            in_string.update(range(token.start[0] + 1, token.end[0] + 1))
+    in_string = _string_lines(code)
     rows = code.split("\n")
     return "\n".join(row if n in in_string or not row.strip() else f"    {row}" for n, row in enumerate(rows, 1))
+
+
+def _string_lines(code: str) -> dict[int, str]:
+    """The lines (1-based) that continue a string, each with what opens that string (`r'''`)."""
+    lines: dict[int, str] = {}
+    f_strings = []  # Python 3.12 reads an f-string as tokens: where each open one starts
+    for token in tokenize.generate_tokens(io.StringIO(code).readline):
+        if token.type == _FSTRING_START:
+            f_strings.append(token)
+            continue
+        if token.type == _FSTRING_END:
+            start = f_strings.pop()
+            first, opener = start.start[0], start.string
+        elif token.type == tokenize.STRING:
+            first, opener = token.start[0], _OPENER.match(token.string).group(0)
+        else:
+            continue
+        for n in range(first + 1, token.end[0] + 1):
+            lines.setdefault(n, opener)  # an inner string's lines are its own
+    return lines
+
+
+_FSTRING_START, _FSTRING_END = (getattr(tokenize, name, None) for name in ("FSTRING_START", "FSTRING_END"))
+_OPENER = re.compile(r"""\w*('''|\"\"\"|'|")""")  # a string's prefix and quote
+# A line that IPython changes before Python reads it, in a string too: it strips prompts (>>>, ...,
+# In [1]:) from a cell's lines, and IPython 9 dedents the cell, which empties lines of blanks.
+_TYPED_AWAY = re.compile(r"\s*(?:>>>|\.\.\.|(?:\[\w+\] )?In \[\d+\]:)|\s+$")
+
+
+def _as_typed(code: str) -> str:
+    """The code as a cell that IPython reads as the page's Python did. Jupyter reads a cell as
+    typed at IPython's prompt: it strips prompts from its lines, a string's lines too, and
+    IPython 8 (Colab's) strips a first line's indent from every line. So a string's line that
+    starts with a prompt or is blank starts by closing the string and opening it again
+    (`'''>>> 1 + 1` in a '''-string), which Python joins back into the one string, and a first
+    line (a comment) loses its indent. Where that would change the program (a line inside an
+    f-string's braces), the code is left as it is."""
+    rows = code.split("\n")
+    strings = _string_lines(code) if any(map(_TYPED_AWAY.match, rows[1:])) else {}  # tokenizing is slow
+    for n, opener in strings.items():
+        if _TYPED_AWAY.match(rows[n - 1]):
+            rows[n - 1] = _OPENER.match(opener).group(1) + opener + rows[n - 1]
+    first = next((n for n, row in enumerate(rows) if row.strip()), 0)
+    rows[first] = rows[first].lstrip()
+    typed = "\n".join(rows)
+    if typed == code:
+        return code
+    try:
+        return typed if ast.dump(ast.parse(typed)) == ast.dump(ast.parse(code)) else code
+    except SyntaxError:
+        return code
 
 
 def _examples(block: Block) -> list[NotebookNode]:
@@ -254,7 +312,7 @@ def _examples(block: Block) -> list[NotebookNode]:
         want = example.want.rstrip("\n")
         result = {"output_type": "execute_result", "execution_count": None, "metadata": {},
                   "data": {"text/plain": want}}
-        cells.append(_code(example.source.rstrip(), "pycon", (result,) if example.want else ()))
+        cells.append(_code(_as_typed(example.source.rstrip()), "pycon", (result,) if example.want else ()))
     return cells
 
 

@@ -2,8 +2,10 @@
 
 For each page: parse it, look it up in the cache (its static key, then its recorded inputs),
 run the pages that missed in worker processes (lessonlib.engine.build.pool), store what they
-produced, and render every page back to Markdown. Concurrent builds of one checkout share the
-cache: a page another build is running is waited for, then read from the cache.
+produced, and render every page back to Markdown (a cached page's outputs with the page lines
+they name moved to where its prose has moved its blocks since: render.relocated). Concurrent
+builds of one checkout share the cache: a page another build is running is waited for, then
+read from the cache.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +29,7 @@ from lessonlib.engine.build.cache import (
     parsed_page,
     prune,
 )
-from lessonlib.engine.build.render import render
+from lessonlib.engine.build.render import relocated, render
 from lessonlib.engine.config import SEED, Settings
 from lessonlib.engine.worker.blocks import ParsedPage
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
@@ -216,14 +218,15 @@ class _Run:
                     raise outcome
                 ran = not isinstance(outcome, LessonError)
                 changed = outcome.manifest.changed(self.settings.root) if ran else None
-                if changed and again:
+                unseen = ran and bool(outcome.manifest.unseen)  # changed says why; running again would not help
+                if changed and again and not unseen:
                     self.report(f"[{done}/{total}] {task.page.path}: runs again: {changed} while it ran")
                     rerun.append((index, task.page))
                     continue
                 results[index] = self._outcome(task, outcome, keys[index], store=not changed)
                 self.report(f"[{done}/{total}] " + (results[index].summary if ran else
                                                     f"{task.page.path}: failed at line {outcome.line}")
-                            + (f" (not cached: {changed} while it ran)" if changed else ""))
+                            + (f" (not cached: {changed}{'' if unseen else ' while it ran'})" if changed else ""))
                 lock = locks.pop(index, None)
                 if lock is not None:
                     lock.release()
@@ -245,7 +248,8 @@ class _Run:
             return outcome
         if self.cache and store:
             with self._cache_errors():
-                self.cache.store(key, Entry(outcome.outputs, outcome.manifest))
+                made_at = [block.start for block in task.page.blocks]  # for a later page whose prose moved them
+                self.cache.store(key, Entry(replace(outcome.outputs, fences=made_at), outcome.manifest))
                 self.cache.note_seconds(task.page.path, outcome.seconds)
         result = self._result(task.page, key, outcome.outputs, outcome.manifest)
         result.blocks_run, result.seconds = len(task.page.blocks), outcome.seconds
@@ -272,6 +276,7 @@ class _Run:
         return max(1, min(self._cores(), pages))
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
+        outputs = relocated(outputs, page)  # from the cache: the page lines they name, where its blocks stand now
         markdown = render(page, outputs.blocks, outputs.values, footer=stamp(key, self.torch, self.settings.device))
         return PageResult(page, markdown, outputs, inputs, key=key)
 

@@ -7,12 +7,16 @@ whole build succeeded, strict checks included (lessonlib.engine.build.publish): 
 build leaves the previous site as it was, under ``mkdocs serve`` too. Helper modules and data
 files beside the pages are not published unless a page links them. Under ``mkdocs serve``,
 what the pages read (helpers, data files, lessonlib's modules) is watched too, so editing any
-of it rebuilds. The site publishes lessonlib's wheel and the pinned versions under downloads/,
-where every notebook it offers (a lesson's, an exercise) installs them from, at site_url.
+of it rebuilds; a rebuild that only the last build's own writes asked for (a page that writes
+its own input, through a process the engine saw only after the fact) stops before any page
+runs, in one line, until a file changes again. The site publishes lessonlib's wheel and the
+pinned versions under downloads/, where every notebook it offers (a lesson's, an exercise)
+installs them from, at site_url.
 """
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 import stat
 from pathlib import Path
@@ -28,7 +32,7 @@ from lessonlib.engine.build.html_memo import HtmlMemo, MemoHighlightExtension
 from lessonlib.engine.build.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.build.notebook import Install, colab_url, notebook_text, published_exercise
 from lessonlib.engine.build.page import PageResult, execute_page, execute_pages
-from lessonlib.engine.build.publish import Staging
+from lessonlib.engine.build.publish import Staging, in_site
 from lessonlib.engine.build.render import figure_files, fill_html_slots
 from lessonlib.engine.build.search_memo import memoize_search
 from lessonlib.engine.build.stylesheets import shared_stylesheets
@@ -43,15 +47,20 @@ log = get_plugin_logger(__name__)
 SITE_OWN = {"sitemap.xml", "sitemap.xml.gz", "404.html", "search/search_index.json", "assets/", f"{DOWNLOADS}/"}
 LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
+_serving = False  # this process is mkdocs serve
+_last: dict = {}  # under serve: the last build's watched files as they were at its "start" and "end", its "inputs"
 
 
 class LessonPlugin(BasePlugin[LessonConfig]):
     dirty = False  # mkdocs build --dirty: MkDocs writes into site_dir itself, over what is there
     staging: Staging | None = None  # where this build writes the site
     warnings: _Count | None = None
+    watching: list = []  # under serve, what each build watches (set once the build starts)
 
     def on_startup(self, *, command, dirty):
+        global _serving
         self.dirty = dirty
+        _serving = command == "serve"
 
     @event_priority(100)  # first: the warning count covers every later event
     def on_config(self, config):
@@ -70,6 +79,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         if not config.repo_url:  # mkdocs.yml's edit_uri is a path in repo_url's repository: no source links without one
             config.edit_uri = None
         self.results: dict[str, PageResult] = {}
+        self.docs_dir, self.watching = config.docs_dir, []  # watching: under serve, see _note_the_end
         self.warnings = _Count()
         logging.getLogger("mkdocs").addHandler(self.warnings)
         cache_dir = self.settings.cache_dir
@@ -129,6 +139,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             files.append(File.generated(config, f"{source_pages.FOLDER}/index.md", content=index))
 
     def on_pre_build(self, config):
+        self._unless_only_the_last_build_changed_files(config)
         memoize_search(config.plugins.values(), self.memo)  # after every on_config: search makes its index there
         sources = []
         for file in get_files(config).documentation_pages():
@@ -273,6 +284,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             raise PluginError(str(e)) from None
         self._finish(config, publish=not (config.strict and self.warnings.count))
         self._watch_inputs(config)
+        self._note_the_end()
 
     def _publish_downloads(self, site: Path) -> None:
         """What the notebooks install: lessonlib's wheel, and the pinned versions."""
@@ -288,6 +300,27 @@ class LessonPlugin(BasePlugin[LessonConfig]):
 
     def on_build_error(self, error):
         self._finish(None, publish=False)
+        self._note_the_end()
+
+    def _unless_only_the_last_build_changed_files(self, config) -> None:
+        """Under serve: note the watched files as this build starts, and stop it in one line if
+        the last build changed some while it ran and nothing has changed since: its own writes
+        asked for it, and running its pages again would write again, and rebuild forever."""
+        if not _serving:
+            return
+        self.watching = [config.docs_dir, config.config_file_path, *_last.get("inputs", ())]
+        now = _states(self.watching)
+        changed = _only_changed_during(_last.get("start", {}), _last.get("end", {}), now)
+        _last.update(start=now, end=now)
+        if changed:
+            first, more = os.path.relpath(changed[0], self.root), f" and {len(changed) - 1} more" * (len(changed) > 1)
+            raise PluginError(f"not rebuilt: {first}{more} changed while the last build ran and nothing has since "
+                              "(a page that writes its own input would rebuild forever): change a file to build again")
+
+    def _note_the_end(self) -> None:
+        if self.watching:  # under serve, once the build has started
+            _last.update(end=_states(self.watching), inputs=sorted(
+                name for result in self.results.values() for name in self._inputs_outside_docs(result)))
 
     def _finish(self, config, publish: bool) -> None:
         if self.warnings is not None:
@@ -305,11 +338,14 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         """MkDocs watches docs/ itself."""
         if _server is None:
             return
-        docs = Path(config.docs_dir).resolve()
         for result in self.results.values():
-            for name in result.inputs.paths(self.settings.root) if result.inputs else ():
-                if docs not in Path(name).parents and Path(name).exists():
-                    _server.watch(name, recursive=False)
+            for name in self._inputs_outside_docs(result):
+                _server.watch(name, recursive=False)
+
+    def _inputs_outside_docs(self, result: PageResult) -> list[str]:
+        docs = Path(self.docs_dir).resolve()
+        names = result.inputs.paths(self.settings.root) if result.inputs else []
+        return [name for name in names if docs not in Path(name).parents and Path(name).exists()]
 
     def _rel(self, path: str | Path) -> str:
         return Path(path).resolve().relative_to(self.root.resolve()).as_posix()
@@ -319,7 +355,9 @@ def _write_to_site(site: Path, name: str, text: str | bytes) -> None:
     """The file `name` (a path in the site) of the site being built: a disk that refuses it is
     one line, and the site stays as it was (it is published only once the build is done)."""
     try:
-        write_atomically(site / name, text)
+        write_atomically(in_site(site, name), text)
+    except ValueError as e:
+        raise PluginError(f"cannot write into the site being built: {e}") from None
     except OSError as e:
         raise PluginError(f"cannot write {name} into the site being built: {e.strerror or e}") from None
 
@@ -334,6 +372,28 @@ class _Count(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.count += 1
 
+
+
+def _states(paths: list[str]) -> dict[str, tuple | None]:
+    """Each file under these paths (folders walked), as a change shows: size, time, inode."""
+    files = [os.path.join(folder, name) for path in paths for folder, _, names in os.walk(path) for name in names]
+    states = {}
+    for file in [*files, *(p for p in paths if not os.path.isdir(p))]:
+        try:
+            info = os.stat(file)
+            states[file] = (info.st_size, info.st_mtime_ns, info.st_ino)
+        except OSError:
+            states[file] = None
+    return states
+
+
+def _only_changed_during(start: dict, end: dict, now: dict) -> list[str]:
+    """The files that changed between a build's `start` and `end`, if none has changed since
+    (`now`); else none."""
+    paths = start.keys() | end.keys() | now.keys()
+    if not end or any(now.get(p) != end.get(p) for p in paths):
+        return []
+    return sorted(p for p in paths if start.get(p) != end.get(p))
 
 
 def _special(path: str) -> bool:

@@ -3,7 +3,8 @@ only a build that succeeded swaps it in (one atomic rename exchange on Linux). A
 removes its staging folder; a killed one leaves it, and the next build removes it (a staging
 folder's lock file, beside it, is held by the build writing it, and the kernel drops the lock
 when that build dies).
-Readers, and builds side by side, only ever see a whole site.
+Readers, and builds side by side, only ever see a whole site. Every file the build writes into
+it stays inside it (in_site), whatever its name says.
 """
 from __future__ import annotations
 
@@ -56,6 +57,16 @@ class Staging:
         shutil.rmtree(self.path, ignore_errors=True)
         _lock_file(self.path).unlink(missing_ok=True)  # no build looks for it once its folder is gone
         self.lock.release()
+
+
+def in_site(site: Path, name: str) -> Path:
+    """The file `name` (a path in the site) of the site at `site`; ValueError for a name that
+    leads out of it ('..', an absolute path, a link)."""
+    folder = Path(site).resolve()
+    path = (folder / name).resolve()
+    if path == folder or not path.is_relative_to(folder):
+        raise ValueError(f"{name!r} leads out of the site")
+    return path
 
 
 def _umask() -> int:

@@ -6,6 +6,7 @@ import binascii
 import hashlib
 import html
 import re
+from dataclasses import replace
 
 from lessonlib.engine.build import claims
 from lessonlib.engine.worker.blocks import (
@@ -17,7 +18,7 @@ from lessonlib.engine.worker.blocks import (
     inline_source,
     literal_text,
 )
-from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, Source
+from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Source
 
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]|])")
 
@@ -37,6 +38,29 @@ def render(page: ParsedPage, outputs: list[BlockOutput] | None, values: dict[str
         i += 1
     text = "".join(out) + checks_appendix(page, values, outputs)
     return f"{text.rstrip()}\n\n{footer}\n" if footer else text
+
+
+def relocated(outputs: PageOutputs, page: ParsedPage) -> PageOutputs:
+    """The outputs (printed text and inline values) with each page line they name moved with its
+    block to where the block stands in `page` now: the cache keys on the page's code, not its
+    prose, so a cached page's blocks may have moved since they ran. A page line is named as Python
+    names it, in a traceback's frame (`File "PATH", line N`) or a warning (`PATH:N: ...`); a line
+    outside every block stays."""
+    now = [block.start for block in page.blocks]
+    if not outputs.fences or outputs.fences == now:
+        return outputs
+    spans = [(then + 1, then + block.end - block.start, block.start - then)  # 1-based lines, fences included
+             for then, block in zip(outputs.fences, page.blocks)]
+
+    def move(named: re.Match[str]) -> str:
+        line = int(named.group(2))
+        return named.group(1) + str(line + next((by for first, last, by in spans if first <= line <= last), 0))
+
+    where = re.escape(page.path)
+    named = re.compile(rf'(File "{where}", line |(?<![\w./-]){where}:)(\d+)')
+    blocks = [replace(output, text=named.sub(move, output.text)) for output in outputs.blocks]
+    values = {source: named.sub(move, value) for source, value in outputs.values.items()}
+    return replace(outputs, blocks=blocks, values=values, fences=now)
 
 
 CHECKS_TITLE = "How this page checks its claims"
@@ -242,9 +266,10 @@ def figure_files(page: ParsedPage, outputs: list[BlockOutput]) -> dict[str, str]
 
 
 # A link in a figure (matplotlib's set_url) is kept only to a web address or an anchor: a
-# javascript: or data: URL would run when a reader opens the figure's file.
+# javascript: or data: URL would run when a reader opens the figure's file. A raster image's data
+# (imshow's heatmaps: an <image> of PNG) runs nothing and is the figure's content.
 _SVG_LINK = re.compile(r'\s(?:xlink:)?href\s*=\s*(?:"[^"]*"|\'[^\']*\')')
-_SAFE_LINK = re.compile(r"(?:https?://|#)", re.IGNORECASE)
+_SAFE_LINK = re.compile(r"(?:https?://|#|data:image/(?:png|jpeg|gif|webp);base64,)", re.IGNORECASE)
 
 
 def _kept_link(attribute: re.Match[str]) -> str:

@@ -3,7 +3,10 @@
 In a page's worker, while a block runs, descriptors 1 and 2 are one temporary file of the block's
 own, and sys.stdout and sys.stderr write straight through to them: print, os.write(1, ...), a
 subprocess's output and os.system's land in one stream, in order, read back up to the output
-limit (a block that writes more fails, and the build's log never sees it).
+limit (a block that writes more fails, and the build's log never sees it). The write that takes
+a block over the limit is located at its page line where Python code made it (print, sys.stdout
+and its buffer, os.write: os.write is wrapped to see it); one that another process or C code
+made at the descriptor is not, and the block's own line is named.
 
 Output that arrives after its block ended never lands in another block. A thread that a block
 started and that writes through sys.stdout or sys.stderr after that block ended (during a later
@@ -15,7 +18,7 @@ blocks such output goes to the build's terminal, as a process that outlives the 
 with it (lessonlib.engine.worker.process).
 
 lessonlib's own terminal lines (progress bars, "computed in N s") go to `terminal()`: in a worker
-a descriptor of its own, never a page. Nothing here imports torch.
+a descriptor of its own, never a page; in a notebook, never a cell. Nothing here imports torch.
 """
 from __future__ import annotations
 
@@ -35,7 +38,14 @@ _current: Capture | None = None  # the worker's
 
 def terminal() -> TextIO:
     """Where lessonlib's own lines go: the build's terminal, whatever a block has made of
-    descriptors 1 and 2 (sys.__stderr__ outside a page's worker)."""
+    descriptors 1 and 2 (sys.__stderr__ outside a page's worker). In a Jupyter kernel, which shows
+    what reaches descriptor 2 in the running cell, the console of the kernel's server (ipykernel's
+    sys.stderr.fileno()): a notebook shows what its page shows."""
+    global _terminal
+    if _terminal is None and type(sys.stderr).__module__ == "ipykernel.iostream":
+        with suppress(OSError):  # no descriptor of its own: the kernel leaves descriptor 2 alone
+            _terminal = open(os.dup(sys.stderr.fileno()), "w", buffering=1, encoding="utf-8",  # noqa: SIM115
+                             errors="backslashreplace")
     return _terminal or sys.__stderr__
 
 
@@ -49,6 +59,7 @@ def keep_terminal() -> None:
 class Captured:
     text: str
     overflowed: bool  # more than the limit was written (text holds the first `limit` bytes)
+    line: int | None = None  # overflowed: the page line whose write took it over, if Python code wrote it
 
 
 class EscapedOutput(Exception):
@@ -62,12 +73,14 @@ class EscapedOutput(Exception):
 class Capture:
     """The page's sys.stdout and sys.stderr, and descriptors 1 and 2 for one block at a time."""
 
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
+    def __init__(self, limit: int, path: str) -> None:
+        self.limit, self.path = limit, path  # path: the page's, as its code is compiled
         self._origins: dict[int, int] = {}  # thread ident -> line of the block that started it
         self._line: int | None = None  # the block running now
+        self._over_at: int | None = None  # the page line whose write took the running block over the limit
         self._escaped: EscapedOutput | None = None
         sys.stdout, sys.stderr = _Stream(1, self), _Stream(2, self)
+        os.write = _write
         global _current
         _current = self
 
@@ -80,7 +93,7 @@ class Capture:
         with tempfile.TemporaryFile() as file:
             os.dup2(file.fileno(), 1)
             os.dup2(file.fileno(), 2)  # one file description: one offset, so the order is kept
-            self._line = line
+            self._line, self._over_at = line, None
             try:
                 yield captured
             finally:
@@ -104,10 +117,41 @@ class Capture:
         if origin is not None and origin != self._line and self._escaped is None:
             self._escaped = EscapedOutput(origin, self._line)
 
+    def _note_written(self, written: int) -> None:
+        """After a write of `written` bytes to descriptor 1 or 2 from Python code: if it took the
+        block over the limit, note the page line that made it."""
+        if self._line is None or self._over_at is not None:
+            return
+        with suppress(OSError):  # a descriptor the page replaced with one that has no offset (a pipe)
+            end = os.lseek(1, 0, os.SEEK_CUR)
+            if end - written <= self.limit < end:
+                self._over_at = _page_line(self.path)
+
     def _read(self, fd: int) -> Captured:
         size = os.fstat(fd).st_size
         data = os.pread(fd, min(size, self.limit), 0)
-        return Captured(data.decode("utf-8", errors="replace"), size > self.limit)
+        over = size > self.limit
+        return Captured(data.decode("utf-8", errors="replace"), over, self._over_at if over else None)
+
+
+_os_write = os.write
+
+
+def _write(fd: int, data, /) -> int:
+    """os.write in a page's worker (Capture sets it): a write to descriptor 1 or 2 that takes the
+    running block over its output limit is noted at its page line."""
+    written = _os_write(fd, data)
+    if fd in (1, 2) and _current is not None:
+        _current._note_written(written)
+    return written
+
+
+def _page_line(path: str) -> int | None:
+    """The line of the innermost frame of the page's code in this thread's stack, if it has one."""
+    frame = sys._getframe()
+    while frame is not None and frame.f_code.co_filename != path:
+        frame = frame.f_back
+    return frame.f_lineno if frame is not None else None
 
 
 def offset() -> int | None:
@@ -123,21 +167,17 @@ def written_since(start: int) -> str:
 
 class _Stream(io.TextIOBase):
     """sys.stdout or sys.stderr in a worker: straight to the descriptor, with no buffer, so that
-    Python's writes and the descriptor's keep their order."""
+    Python's writes and the descriptor's keep their order. Its `buffer` takes bytes."""
 
     def __init__(self, fd: int, capture: Capture) -> None:
-        self._fd, self._capture = fd, capture
+        self._fd, self.buffer = fd, _Bytes(fd, capture)
 
     @property
     def encoding(self) -> str:
         return "utf-8"
 
     def write(self, text: str) -> int:
-        self._capture._note_writer()
-        data = text.encode("utf-8", errors="backslashreplace")
-        with suppress(BrokenPipeError):
-            while data:
-                data = data[os.write(self._fd, data):]
+        self.buffer.write(text.encode("utf-8", errors="backslashreplace"))
         return len(text)
 
     def writable(self) -> bool:
@@ -148,3 +188,24 @@ class _Stream(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+class _Bytes(io.RawIOBase):
+    """sys.stdout.buffer or sys.stderr.buffer in a worker: bytes straight to the descriptor."""
+
+    def __init__(self, fd: int, capture: Capture) -> None:
+        self._fd, self._capture = fd, capture
+
+    def write(self, data) -> int:
+        self._capture._note_writer()
+        rest = data = bytes(data)
+        with suppress(BrokenPipeError):
+            while rest:
+                rest = rest[os.write(self._fd, rest):]
+        return len(data)
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd

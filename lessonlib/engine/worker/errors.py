@@ -28,13 +28,15 @@ class SetupError(Exception):
 
 class WriteError(LessonError):
     """A page wrote a file under the project outside its scratch folder (lessonlib.engine.worker.inputs
-    sees it). `file`: relative to the root; `reader`: a page of the same build that reads it."""
+    sees it), or into the build's cache. `file`: relative to the root (absolute: a file of the cache);
+    `reader`: a page of the same build that reads it."""
 
     def __init__(self, path: str, line: int, file: str, by_process: bool = False, reader: str = "",
                  outputs_before: list | None = None) -> None:
         self.file, self.by_process, self.reader = file, by_process, reader
         who = "a process this block started writes" if by_process else "this block writes"
-        what = f"which {reader} reads" if reader else "a file under the project, where other pages read"
+        what = (f"which {reader} reads" if reader else "a file under the project, where other pages read"
+                if not file.startswith("/") else "in the build's cache, which only the build writes")
         message = (f"{who} {file}, {what}: pages are independent, so a page writes only into its scratch "
                    "folder (lessonlib.scratch()) or publishes beside its page (lessonlib.publish(name, data))")
         super().__init__(path, line, message, "", outputs_before)

@@ -15,7 +15,11 @@ call printed (sys.stdout and sys.stderr, the page's output) is stored and printe
 Pages running side by side that make the same call compute it once: the second waits for the
 first's result (a lock per call).
 Where results are stored: set by the page's worker; elsewhere (a notebook, a test) the
-LESSONLIB_CACHE_DIR environment variable, and without it the function simply runs.
+LESSONLIB_CACHE_DIR environment variable, and without it the function simply runs. A stored
+entry is sealed (lessonlib.engine.worker.store.seal), its result's bytes with it: a result is
+unpickled only when the engine stored it, never one that a page, its subprocess or another
+program wrote there. The page's own writes into the cache are refused; the memo's are made
+inside engine_writes().
 """
 from __future__ import annotations
 
@@ -45,12 +49,14 @@ from lessonlib.engine.worker.fingerprint import (
     callable_fingerprint,
     value_fingerprint,
 )
-from lessonlib.engine.worker.inputs import Manifest, Recorder, note
+from lessonlib.engine.worker.inputs import Manifest, Recorder, engine_writes, note
 from lessonlib.engine.worker.store import (
     cache_errors,
     discard,
     environment_fingerprint,
     file_lock,
+    seal,
+    sealed,
     source_fingerprint,
     temporary_beside,
     touch,
@@ -153,11 +159,12 @@ def _call(store: MemoStore, func: Callable, args: tuple, kwargs: dict) -> Any:
     if _locking.get():  # inside another memoized call: a second lock could deadlock with a page
         # that takes the two in the other order
         return _run_and_store(store, name, func, args, kwargs, entry_path, result_path)
-    with cache_errors(store.root):
+    with cache_errors(store.root), engine_writes():
         lock = file_lock(store.root / f"{key}.lock", wait=False)
     if lock is None:  # on the build's terminal, like a progress bar (sys.stderr is the page's output)
         print(f"{name}: waiting for another page that is computing the same call", file=terminal(), flush=True)
-        lock = file_lock(store.root / f"{key}.lock")
+        with engine_writes():
+            lock = file_lock(store.root / f"{key}.lock")
     token = _locking.set(True)
     try:  # another page may have stored it while this one waited
         stored = _MISSING if store.refresh else _stored_result(store, entry_path, result_path)
@@ -194,10 +201,11 @@ def _fingerprints(name: str, func: Callable, args: tuple, kwargs: dict) -> tuple
 
 
 def _stored_result(store: MemoStore, entry_path: Path, result_path: Path) -> Any:
-    entry = _valid_entry(store, entry_path, result_path)
-    if entry is None:
-        return _MISSING
-    touch(entry_path)
+    with engine_writes():  # a damaged entry is removed, a valid one marked used (for prune)
+        entry = _valid_entry(store, entry_path, result_path)
+        if entry is None:
+            return _MISSING
+        touch(entry_path)
     note(Manifest.from_json(entry["manifest"]))  # the page depends on what the call read
     result = joblib.load(result_path)
     for stream, text in entry["printed"]:
@@ -218,15 +226,16 @@ def _run_and_store(store: MemoStore, name: str, func: Callable, args: tuple, kwa
     entry = {"function": name, "manifest": manifest.to_json(), "printed": printed,
              "code": page_code, "globals": tracer.page_globals(store)}
     tmp = temporary_beside(result_path)
-    try:
-        with cache_errors(store.root):  # a full disk is the cache's fault, not the lesson's line
+    with cache_errors(store.root), engine_writes():  # a full disk is the cache's fault, not the lesson's line
+        try:
             store.root.mkdir(parents=True, exist_ok=True)
             joblib.dump(result, tmp)
             entry["result_sha256"] = hashlib.sha256(tmp.read_bytes()).hexdigest()
+            entry["seal"] = seal(store.root, _canonical(entry))
             os.replace(tmp, result_path)
             write_atomically(entry_path, json.dumps(entry))
-    finally:
-        tmp.unlink(missing_ok=True)
+        finally:
+            tmp.unlink(missing_ok=True)
     # on the build's terminal: which of a page's calls cost what, for an author sizing an experiment
     print(f"{name}: computed in {seconds:.1f} s", file=terminal(), flush=True)
     return result
@@ -273,17 +282,24 @@ def _valid_entry(store: MemoStore, entry_path: Path, result_path: Path) -> dict 
             return None
     try:
         entry = json.loads(entry_path.read_text(encoding="utf-8"))
+        if not sealed(store.root, entry.pop("seal", None), _canonical(entry)):  # not stored by the engine
+            return None
         if hashlib.sha256(result_path.read_bytes()).hexdigest() != entry["result_sha256"]:
             return None
         manifest = Manifest.from_json(entry["manifest"])
         if not all(stream in ("stdout", "stderr") and isinstance(text, str) for stream, text in entry["printed"]):
             return None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     namespace = store.page_namespace or {}
     same_code = all(_page_function_hash(namespace, q) == h for q, h in entry["code"].items())
     same_globals = all(_value_hash(namespace.get(n, _MISSING)) == h for n, h in entry["globals"].items())
     return entry if same_code and same_globals and manifest.changed(store.project) is None else None
+
+
+def _canonical(entry: dict) -> bytes:
+    """What an entry's seal covers: all of it, its result's digest included."""
+    return json.dumps(entry, sort_keys=True).encode()
 
 
 # --- what a call reached -----------------------------------------------------------------------

@@ -60,3 +60,6 @@ class PageOutputs:
     blocks: list[BlockOutput]  # one per block, in the page's order
     values: dict[str, str]  # inline values, by their source (`{py} x:.2f` -> "x:.2f")
     published: dict[str, bytes] = field(default_factory=dict)  # lessonlib.publish: written beside the page
+    # The blocks' fence lines (0-based) where the page stood when these were made; empty: where it
+    # stands now. A cached page's prose may have moved its blocks since (build.render.relocated).
+    fences: list[int] = field(default_factory=list)

@@ -11,8 +11,10 @@ read the file, and its cached result would then depend on a run it cannot see.
 - ``publish(name, data)``: a file the build writes into the site beside the page, as it writes
   the page's figures (a model's weights for a live demo). It is part of the page's result, so a
   cached page publishes it again. A name is a plain file name; a page's files together stay
-  under the publish limit (publish_limit_mb in mkdocs.yml). Outside a build there is no site: the
-  file goes into scratch(), so a notebook that runs the page's code leaves its folder as it was.
+  under the publish limit (publish_limit_mb in mkdocs.yml). The names are checked again as the
+  build takes them (take_published): one set through lessonlib's internals, past publish(), fails
+  the page as a bad call would. Outside a build there is no site: the file goes into scratch(), so
+  a notebook that runs the page's code leaves its folder as it was.
 """
 from __future__ import annotations
 
@@ -75,7 +77,7 @@ def publish(name: str, data: bytes | str) -> None:
 
 def _problem(name: object, data: bytes) -> str | None:
     shown = repr(name)[:80]
-    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
+    if type(name) is not str or not _NAME.fullmatch(name) or ".." in name:  # a subclass may say otherwise
         return (f"lessonlib.publish({shown}): a published file's name is a plain file name (letters, digits, "
                 "'.', '-', '_'; no folder, no '..')")
     if name.lower().endswith(_BUILD_WRITES):
@@ -97,6 +99,13 @@ def check(path: str) -> None:
 
 
 def take_published() -> dict[str, bytes]:
+    """What the page published, each file checked as publish() checks it."""
+    taken, _Run.published = dict(_Run.published), {}
+    for name, data in taken.items():
+        problem = _problem(name, bytes(data))
+        if problem:
+            raise LessonError(_Run.page or "", 1, f"{problem} (set past lessonlib.publish)")
+        _Run.published[name] = bytes(data)
     return dict(_Run.published)
 
 

@@ -139,8 +139,10 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
 
 def _joblib_on(scheduler: str) -> None:
     """The page's joblib.Parallel calls run as tasks on the Dask cluster at `scheduler` (joblib's
-    Dask backend), beside the pages: their functions must be importable on its workers. The
-    page connects when it first makes a Parallel: a page that makes none pays nothing."""
+    Dask backend), beside the pages: their functions must be importable on its workers. Each
+    call and its outcome cross as bytes (cluster_calls.ClusterBackend): one that cannot fails
+    the call, in the page, where Dask would wait forever. The page connects when it first makes
+    a Parallel: a page that makes none pays nothing."""
     import joblib
 
     @functools.cache
@@ -150,9 +152,9 @@ def _joblib_on(scheduler: str) -> None:
         return Client(scheduler, set_as_default=False)
 
     def backend(**_):  # joblib passes its nesting level, which the Dask backend takes no part in
-        from joblib._dask import DaskDistributedBackend
+        from lessonlib.engine.worker.cluster_calls import ClusterBackend
 
-        return DaskDistributedBackend(client=client())
+        return ClusterBackend(client=client())
 
     joblib.register_parallel_backend("lessonlib-cluster", backend, make_default=True)
 
@@ -176,7 +178,8 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children, 
 
     cache = [Path(job.cache_dir)] if job.cache_dir else []
     roots = [Path(r) for r in job.source_roots]
-    recorder = Recorder(Path(job.root), roots, [*cache, scratch], code_files={job.path}, refuse_writes=True)
+    recorder = Recorder(Path(job.root), roots, [*cache, scratch], code_files={job.path}, refuse_writes=True,
+                        cache=cache, environment=dict(job.variables))  # the build's: what it checks again
     page_files.begin(job.path, scratch, job.publish_limit)
     for line, name in shadowed_imports(page, Path(job.folder), {m.partition(".")[0] for m in sys.modules}):
         raise LessonError(page.path, line, f"the helper {name}.py beside the page has the name of the module "

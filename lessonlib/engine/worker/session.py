@@ -55,8 +55,9 @@ class Session:
         self.keep_going = keep_going
         self.failed_asserts: list[tuple[int, str]] = []  # (line, message), with keep_going
         self._where_they_stand: dict[int, str] = {}  # inline index -> its value right after the block before it
-        self.namespace: dict = {"__name__": "__lesson__", _NOTE_FAILURE: self._note_failure, _FORMAT: format}
-        self.capture = Capture(output_limit)  # from here on, sys.stdout and sys.stderr are the page's
+        # Named as its notebook's kernel names it: an `if __name__ == "__main__"` block runs in both.
+        self.namespace: dict = {"__name__": "__main__", _NOTE_FAILURE: self._note_failure, _FORMAT: format}
+        self.capture = Capture(output_limit, self.path)  # from here on, sys.stdout and sys.stderr are the page's
         # Tracebacks show the page's own lines, wherever the build runs from.
         linecache.cache[self.path] = (0, None, page.lines, self.path)
         start_page()
@@ -101,8 +102,9 @@ class Session:
             alt, caption = self._alt_and_caption(block)
             result.figures = [Figure(s, alt, caption) for s in svgs]
         if output.overflowed or result.size > self.output_limit:
-            raise LessonError(self.path, block.start + 1, f"this block's output is larger than the limit of "
-                              f"{self.output_limit / 1024:,.0f} KB (output_limit_kb in mkdocs.yml): print less")
+            raise LessonError(self.path, output.line or block.start + 1, "this block's output is larger than the "
+                              f"limit of {self.output_limit / 1024:,.0f} KB (output_limit_kb in mkdocs.yml): "
+                              "print less")
         self._note_values_after(block)
         return result
 

@@ -1,16 +1,24 @@
 """What the build and the pages' workers both use to keep files in the cache: atomic writes,
-locks, versioned files, the fingerprints of the environment and of engine code, and the cache's
-errors in one line. A worker imports this module (through lessonlib.engine.worker.memo), so an edit
-here re-runs every page; the page cache itself (lessonlib.engine.build.cache) is build-side.
+locks, versioned and sealed files, the fingerprints of the environment and of engine code, and the
+cache's errors in one line. A worker imports this module (through lessonlib.engine.worker.memo), so
+an edit here re-runs every page; the page cache itself (lessonlib.engine.build.cache) is build-side.
+
+What the engine keeps in the cache is sealed (``seal``: an HMAC under a secret key of the folder
+it is kept in, made once by the first build that writes there): an entry that another program, a
+page's subprocess or another page wrote is no entry at all, however well it imitates one. The
+key is not hidden from a page that looks for it; a page simply never writes a valid entry by
+accident, and a page's own writes into the cache are refused (lessonlib.engine.worker.inputs).
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import hashlib
+import hmac
 import json
 import os
 import platform
+import secrets
 import shutil
 import uuid
 from collections.abc import Callable
@@ -44,13 +52,14 @@ def source_fingerprint(*modules: str) -> str:
 
 def kept(file: Path, version: str, make: Callable[[], bytes]) -> bytes:
     """make()'s bytes, kept in `file` under `version`: its first line holds the version and the
-    bytes' digest, so a file of another version, cut short or damaged is made again and replaced.
-    Raises OSError if the file cannot be written (callers name the cache: cache_errors)."""
+    bytes' seal, so a file of another version, cut short, damaged or not the engine's is made
+    again and replaced. Raises OSError if the file cannot be written (callers name the cache:
+    cache_errors)."""
     def head(body: bytes) -> bytes:
-        return f"{version} {hashlib.sha256(body).hexdigest()}".encode()
+        return f"{version} {seal(file.parent, version.encode(), body)}".encode()
 
     try:
-        first, body = file.read_bytes().split(b"\n", 1)
+        first, body = file.read_bytes().split(b"\n", 1) if file.is_file() else (b"", b"")  # a pipe would hang
         if first == head(body):
             return body
     except (OSError, ValueError):  # absent, or no first line
@@ -58,6 +67,46 @@ def kept(file: Path, version: str, make: Callable[[], bytes]) -> bytes:
     body = make()
     write_atomically(file, head(body) + b"\n" + body)
     return body
+
+
+KEY = ".key"  # in each folder of the cache: the secret its files are sealed with
+
+
+def seal(folder: Path, *parts: bytes) -> str:
+    """The HMAC of `parts` under `folder`'s key, made if the folder has none (raises OSError if it
+    cannot be). Each part is framed by its length: (b"ab", b"c") and (b"a", b"bc") differ."""
+    mac = hmac.new(_key(folder), digestmod=hashlib.sha256)
+    for part in parts:
+        mac.update(len(part).to_bytes(8, "big") + part)
+    return mac.hexdigest()
+
+
+def sealed(folder: Path, claimed: object, *parts: bytes) -> bool:
+    """Does `claimed` equal the seal of `parts` (compared in constant time)? False where the
+    folder's key cannot be read or made."""
+    try:
+        return isinstance(claimed, str) and hmac.compare_digest(claimed, seal(folder, *parts))
+    except OSError:
+        return False
+
+
+def _key(folder: Path) -> bytes:
+    """The folder's key, made once: written aside, then linked into place, so that builds making
+    it at once agree on one (a link never replaces a file) and none reads it half-written. Read
+    each time, not remembered: a cache folder deleted meanwhile gets a new key, the same for all."""
+    path = folder / KEY
+    if not path.is_file():  # absent, or a pipe or a folder in its place (reading a pipe would hang)
+        discard(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = temporary_beside(path)
+        try:
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as f:
+                f.write(secrets.token_bytes(32))
+            with contextlib.suppress(FileExistsError):
+                os.link(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return path.read_bytes()
 
 
 def discard(path: Path) -> None:
