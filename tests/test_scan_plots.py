@@ -40,12 +40,3 @@ def test_the_picture_draws_the_schedule():
     assert len(arrows) == sum(len(pairs) for pairs in rounds) + T * len(rounds)  # combines, and each position's own
     labels = [t.get_text() for t in ax.texts]
     assert "1..8" in labels and "5..8" in labels and "round 3\n(d = 4)" in labels
-
-
-def test_recall_plot_draws_a_line_per_model_and_chance():
-    ns = (4, 8, 16)
-    fig = scan_plots.recall_plot(ns, {"a": [1.0, 0.9, 0.5], "b": [1.0, 1.0, 0.9]}, key_size=8)
-    (ax,) = fig.axes
-    lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
-    assert lines["a"] == [1.0, 0.9, 0.5] and lines["b"] == [1.0, 1.0, 0.9]
-    assert lines["chance, 1 / n"] == [1 / n for n in ns]

@@ -3,12 +3,9 @@
 hillis_steele draws the rounds of lessonlib.models.scan.scan_parallel from hillis_steele_rounds
 itself, so the picture is the schedule the code runs: one row per round, one column per step,
 an arrow from each position to the one it combines with, and under each position the steps its
-pair covers after that round. recall_plot draws associative recall against the number of stored
-pairs, one line per model.
+pair covers after that round.
 """
 from __future__ import annotations
-
-from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
@@ -66,28 +63,5 @@ def hillis_steele(T: int = 8) -> Figure:
                                              linewidth=0.9, linestyle="-" if t in combining else ":"))
     for t in range(T):
         ax.text(t, 0.62, f"t = {t + 1}", ha="center", va="center", fontsize=8, color=PALETTE["grey"])
-    fig.tight_layout()
-    return fig
-
-
-def recall_plot(ns: Sequence[int], recall: Mapping[str, Sequence[float]], key_size: int) -> Figure:
-    """Recall (fraction of keys answered with their own value) against the number of pairs n, log2
-    axis, one line per model; a dotted line at n = key_size and a dashed one at chance, 1 / n."""
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    styles = (("vermillion", "o"), ("blue", "s"), ("green", "^"))
-    for (name, values), (color, marker) in zip(recall.items(), styles):
-        ax.plot(ns, values, color=PALETTE[color], marker=marker, linewidth=2, label=name)
-    ax.plot(ns, [1 / n for n in ns], color=PALETTE["grey"], linestyle="--", linewidth=1, label="chance, 1 / n")
-    ax.axvline(key_size, color=PALETTE["grey"], linestyle=":", linewidth=1)
-    ax.annotate(f"n = key size ({key_size})", (key_size, 0.12), textcoords="offset points", xytext=(4, 0),
-                color=PALETTE["grey"], fontsize=9)
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(list(ns), [str(n) for n in ns])
-    ax.minorticks_off()
-    ax.set_ylim(0, 1.05)
-    ax.set_xlabel("pairs stored, n")
-    ax.set_ylabel("recall")
-    ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(frameon=False, loc="center left")
     fig.tight_layout()
     return fig
