@@ -26,10 +26,10 @@ def drawn_figure(alt: str) -> tuple[str, str]:
 
 
 def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, vocab: int,
-                figure: tuple[str, str]) -> str:
+                figure: tuple[str, str], cell: int = 0) -> str:
     """manifests: {"lstm": file name, "gpt": file name} beside the page; samples: {label: text};
-    figure: (SVG text, alt text), shown without JavaScript (drawn_figure). One element with no
-    blank lines (an `exec html` block's output)."""
+    figure: (SVG text, alt text), shown without JavaScript (drawn_figure); cell: the LSTM cell the
+    view opens on. One element with no blank lines (an `exec html` block's output)."""
     esc = html.escape
     drawn, alt = figure
     # a data URI, which the engine links as the figure's file beside the page
@@ -74,7 +74,8 @@ def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, voc
         # the LSTM: one cell's activation over the prompt; the transformer: one head's attention
         '<div class="char-model__inside">',
         '<div class="char-model__cells" data-for="lstm">',
-        '<label>LSTM cell <input type="number" class="char-model__cell" min="0" max="0" step="1" value="0"></label>',
+        '<label>LSTM cell <input type="number" class="char-model__cell" min="0" max="0" step="1" '
+        f'value="{int(cell)}"></label>',
         '<p class="char-model__inside-caption">Each character shaded by this cell\'s tanh(c) after it: blue '
         "&minus;1 to red +1.</p>",
         "</div>",
