@@ -11,7 +11,7 @@ def test_the_features_of_a_play_are_counted_per_character():
     named = lstm_cells.features("DUNCAN.\nSo well.\n")
     assert named["position in the line"].tolist() == [1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7, 8, 0]
     assert named["the first character of a line"].tolist() == [1] + [0] * 7 + [1] + [0] * 8
-    assert named["inside a speaker's name"].tolist() == [1] * 7 + [0] * 10
+    assert named["in a line of capitals"].tolist() == [1] * 7 + [0] * 10
 
 
 def test_cell_values_are_the_lstms_own_cell_state_after_each_character():

@@ -17,7 +17,8 @@ from lessonlib.models.char_rnn import CharRNN
 
 def features(text: str) -> dict[str, Tensor]:
     """Per character, after reading it: how far along its line it is, whether it starts a line,
-    and whether it is in a speaker's name (a line of capitals, such as "DUNCAN.")."""
+    and whether it is in a line of capitals (in a play: mostly a speaker's name, such as "DUNCAN.",
+    and the headings, "ACT I.")."""
     position, name, along = [], [], 0
     lines = text.split("\n")
     for n, line in enumerate(lines):
@@ -29,7 +30,7 @@ def features(text: str) -> dict[str, Tensor]:
     starts = [p == 1 for p in position]
     return {"position in the line": torch.tensor(position, dtype=torch.float64),
             "the first character of a line": torch.tensor(starts, dtype=torch.float64),
-            "inside a speaker's name": torch.tensor(name, dtype=torch.float64)}
+            "in a line of capitals": torch.tensor(name, dtype=torch.float64)}
 
 
 @torch.no_grad()
