@@ -8,8 +8,10 @@ pair covers after that round.
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+from torch import Tensor
 
 from lessonlib.figures.diagrams import LIGHT, TEXT
 from lessonlib.figures.plots import PALETTE
@@ -27,6 +29,16 @@ def covered(T: int) -> list[list[tuple[int, int]]]:
             row[t] = (prev[s][0], prev[t][1])
         rows.append(row)
     return rows
+
+
+def by_schedule(a: Tensor, b: Tensor) -> Tensor:
+    """a, b (B, T, D) -> h (B, T, D) from h_0 = 0, computed by combining, round by round, exactly the
+    pairs (t, t - d) that hillis_steele_rounds lists (the schedule hillis_steele draws), so that a
+    lesson can check that scan_parallel gives the same numbers."""
+    for pairs in hillis_steele_rounds(a.shape[1]):
+        t, s = torch.tensor(pairs).T  # position t combines with s = t - d: first s's pair, then its own
+        a, b = a.index_copy(1, t, a[:, t] * a[:, s]), b.index_copy(1, t, a[:, t] * b[:, s] + b[:, t])
+    return b
 
 
 def hillis_steele(T: int = 8) -> Figure:
