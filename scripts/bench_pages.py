@@ -9,8 +9,8 @@ given, on a cache of the revision's own that starts empty: as a cold build runs 
 call that two pages share is computed by the first and found by the second. The runs alternate,
 page by page, base then head, so that both revisions see about the same load from whatever else
 the machine does; they never run at the same time. --head . runs this working tree as it is,
-uncommitted edits included. The default order (lesson 1, 3, 2, 4) is the one a cold build with
-one worker took.
+uncommitted edits included. By default the lesson pages (LESSONS below) run, in that list's order;
+the notes pages run only when --pages names them.
 
 Printed: per page, the seconds its run printed (`docs/X.md: ran N blocks in S s`) at each
 revision; then every memoized call's `NAME: computed in S s`, the calls numbered by name in the

@@ -171,9 +171,10 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
     # the LSTM's cells: one chosen by the arrow keys colours every character read, and is announced
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.classList.contains('char-model__cell')")
+    start = int(page.input_value(".char-model__cell"))  # the cell the page names (lstm_cells), not 0
     clear_status(page)
     page.keyboard.press("ArrowUp")
-    s = wait_status(page, r"^Cell 1, tanh\(c\) over the \d+ characters read: highest [+−]\d\.\d\d at ")
+    s = wait_status(page, rf"^Cell {start + 1}, tanh\(c\) over the \d+ characters read: highest [+−]\d\.\d\d at ")
     shading = inside(page)
     assert shading["text"] == page.evaluate("document.querySelector('.char-model__prompt').value").replace("😀\x07", "")
     assert shading["titles"] == len(shading["text"]) and shading["coloured"] >= len(shading["text"]) - 1, shading
@@ -182,7 +183,7 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
 
     # a 10,000-character prompt is read whole, its shading in a box of its own
     set_prompt(page, LONG[:10000])
-    assert page.inner_text(".char-model__inside-summary").startswith("Cell 1, tanh(c) over the 10,000 characters read")
+    assert page.inner_text(".char-model__inside-summary").startswith(f"Cell {start + 1}, tanh(c) over the 10,000 characters read")
     assert page.evaluate("document.documentElement.scrollWidth") <= 360, "fits a 360-px screen"
     assert not (violations := serious_violations(page)), "\n".join(violations)
     assert not reader.errors, reader.errors
@@ -301,7 +302,7 @@ def test_without_javascript_the_samples_stand_in(new_reader, base_url):
     # beside the samples, the lesson's learning curves: the same file and alt text as the figure above
     figure = page.locator(".char-model__fallback figure img")
     assert figure.is_visible()
-    curves = page.locator("article figure.lessonlib-figure:not(.char-model__figure) img[alt^='All three models fall']")
+    curves = page.locator("article figure.lessonlib-figure:not(.char-model__figure) img[alt^='All three models end']")
     assert curves.count() == 1
     assert figure.get_attribute("src") == curves.get_attribute("src")
     assert figure.get_attribute("alt") == curves.get_attribute("alt")

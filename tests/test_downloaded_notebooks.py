@@ -11,10 +11,8 @@ must pass.
 Cost: one venv per test process (ipykernel, then torch and the rest on the first notebook's
 install), and every notebook computed from scratch: a reader's kernel has no memo store, so the
 lessons' experiments run in full, as on a cold build (the build's memo cannot serve them: its
-keys include the installed distributions, which differ here by design). Measured on the shared
-2-core machine (load 5-9): venv with ipykernel 46 s; exercise-transformer 128 s (with the first
-install of torch and the rest), exercise-language-model 123 s (also first), exercise-attention
-54 s, sequence-models 202 s; the lesson with the memory-task sweep ran over 15 minutes.
+keys include the installed distributions, which differ here by design). The first notebook also
+pays for installing torch and the rest; the lesson with the memory-task sweep is the longest.
 """
 from __future__ import annotations
 

@@ -115,19 +115,23 @@ def test_a_thread_that_writes_after_its_block_fails_the_page_at_that_block():
         # A page
 
         ```python exec
-        import threading, time
+        import threading
+
+        wrote = threading.Event()
 
         def tick():
             while True:
-                print("tick")
-                time.sleep(0.01)
+                try:
+                    print("tick")
+                finally:
+                    wrote.set()
 
         threading.Thread(target=tick, daemon=True).start()
         ```
 
         ```python exec
-        import time
-        time.sleep(0.2)
+        wrote.clear()
+        wrote.wait()  # the thread has written since this block started: after the block above ended
         ```
         """
     with pytest.raises(LessonError) as info:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import filecmp
 import http.server
-import itertools
 import os
 import signal
 import socket
@@ -17,7 +16,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -96,19 +95,43 @@ def test_pages_joblib_calls_run_on_the_cluster_even_with_every_thread_holding_a_
         assert jobs and set(jobs) <= workers and page_process not in workers, (line, workers)
 
 
-def test_a_build_runs_no_more_pages_at_once_than_the_cluster_has_threads(tmp_path, lessonlib_cli, scheduler):
-    # each page appends "+" as it starts and "-" as it ends, the order they happened in, and holds
-    # until a third page has started (or 5 s): on a build that starts more, three would overlap
-    log = tmp_path / "log"
-    page = (f"```python exec\nimport time\nwith open({str(log)!r}, 'a') as f:\n    f.write('+')\n"
-            "deadline = time.monotonic() + 5\n"
-            f"while open({str(log)!r}).read().count('+') < 3 and time.monotonic() < deadline:\n    time.sleep(0.05)\n"
-            f"with open({str(log)!r}, 'a') as f:\n    f.write('-')\n```\n")
-    site = make_site(tmp_path / "site", {f"p{i}.md": page for i in range(5)})
-    run = lessonlib_cli(site, "run", *(f"docs/p{i}.md" for i in range(5)), **{SCHEDULER: scheduler})
-    assert run.returncode == 0, run.stderr
-    at_once = list(itertools.accumulate(1 if c == "+" else -1 for c in log.read_text()))
-    assert len(at_once) == 10 and max(at_once) <= 2, log.read_text()  # two one-thread workers
+def _held_page(i: int, log: Path, go: Path) -> str:
+    """Page i logs "+i" as it starts and "-i" as it ends, and holds until the file go/i exists."""
+    return (f"```python exec timeout=3600\nimport os, time\nwith open({str(log)!r}, 'a') as f:\n    f.write('+{i}\\n')\n"
+            f"while not os.path.exists({str(go / str(i))!r}):\n    time.sleep(0.05)\n"
+            f"with open({str(log)!r}, 'a') as f:\n    f.write('-{i}\\n')\n```\n")
+
+
+def test_a_build_runs_no_more_pages_at_once_than_the_cluster_has_threads(tmp_path, lessonlib_cli, scheduler, client):
+    # the test lets the held pages go one at a time, each time once every page the build has given the
+    # cluster has started: a build that gave it more than its two threads has them all running
+    log, go = tmp_path / "log", tmp_path / "go"
+    go.mkdir()
+    site = make_site(tmp_path / "site", {f"p{i}.md": _held_page(i, log, go) for i in range(5)})
+
+    def running() -> set[str]:
+        lines = log.read_text().split() if log.exists() else []
+        return {line[1:] for line in lines if line[0] == "+"} - {line[1:] for line in lines if line[0] == "-"}
+
+    def given() -> int:
+        """The build's pages that the scheduler holds and that have not finished."""
+        return client.run_on_scheduler(lambda dask_scheduler: sum(
+            str(key).startswith("lessonlib-") and ts.state not in ("memory", "erred", "forgotten")
+            for key, ts in dask_scheduler.tasks.items()))
+
+    with ThreadPoolExecutor(1) as build:
+        run = build.submit(lessonlib_cli, site, "run", *(f"docs/p{i}.md" for i in range(5)), **{SCHEDULER: scheduler})
+        try:
+            for _ in range(5):
+                until(lambda: 0 < len(running()) == given(), "every page given to the cluster to start", BOUND_S)
+                assert len(running()) <= 2, log.read_text()  # two one-thread workers
+                page = min(running())
+                (go / page).touch()
+                until(lambda: f"-{page}" in log.read_text().split(), f"page {page} to end", BOUND_S)
+        finally:  # a failed test lets every page go: the build ends
+            for i in range(5):
+                (go / str(i)).touch()
+        assert run.result(BOUND_S).returncode == 0, run.result().stderr
 
 
 @pytest.mark.parametrize("fault", ["os._exit(3)", "swallowed timeout"])
@@ -468,10 +491,16 @@ def test_a_build_says_at_once_and_again_while_no_worker_has_joined_then_runs(tmp
 def test_a_build_waiting_on_its_pages_says_which_run_where(tmp_path, client, scheduler, monkeypatch, capfd):
     monkeypatch.setattr(cluster, "SAY_SECONDS", 0.5)
     (tmp_path / "docs").mkdir()
-    page = "```python exec\nimport time\ntime.sleep(3)\n```\n"
-    execute_page(page, "docs/slow.md", Settings(root=tmp_path, scheduler=scheduler))
-    said = capfd.readouterr().err
-    assert f"waiting on the Dask cluster at {scheduler}: docs/slow.md on tcp://" in said, said
+    go = tmp_path / "go"
+    page = f"```python exec\nimport os, time\nwhile not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n```\n"
+    with ThreadPoolExecutor(1) as build:
+        run = build.submit(execute_page, page, "docs/slow.md", Settings(root=tmp_path, scheduler=scheduler))
+        said = []
+        until(lambda: said.append(capfd.readouterr().err) or
+              f"waiting on the Dask cluster at {scheduler}: docs/slow.md on tcp://" in "".join(said),
+              "the line that says where the page runs", BOUND_S)
+        go.touch()  # the page, held until the build has said where it runs, ends
+        run.result(BOUND_S)
 
 
 def test_a_call_and_its_outcome_cross_as_bytes_and_one_that_cannot_fails_naming_the_call():

@@ -67,10 +67,24 @@ def test_editing_a_build_side_module_reruns_nothing_and_a_worker_side_one_reruns
     assert "runs again: module" in log and "svg.py changed" in log and "ran 1 blocks" in log, log
 
 
-def test_the_environment_holds_no_engine_code(tmp_path, monkeypatch):
-    before = store.environment_fingerprint("cpu")
-    monkeypatch.setattr(store, "ENGINE", tmp_path)  # as if every engine module were gone
-    assert store.environment_fingerprint("cpu") == before
+ENVIRONMENT = ("import lessonlib.engine.worker.store as s, sys\n"
+               "print(s.__file__, s.environment_fingerprint('cpu'), sep='\\n')")
+
+
+def test_the_environment_holds_no_engine_code(tmp_path):
+    """Every key holds the environment: were engine code in it, editing any engine module would
+    re-run every page. A process: its engine is an edited copy, however the fingerprint finds it."""
+    copy = tmp_path / "packages"
+    shutil.copytree(PACKAGE, copy / "lessonlib", ignore=shutil.ignore_patterns("__pycache__"))
+    for module in (copy / "lessonlib" / "engine").rglob("*.py"):
+        module.write_text(module.read_text() + "\n_EDITED = True\n")  # new bytes and new code
+    env = {**os.environ, "PYTHONPATH": str(copy)}
+    result = subprocess.run([sys.executable, "-c", ENVIRONMENT], cwd=tmp_path, env=env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    where, fingerprint = result.stdout.split()
+    assert Path(where).is_relative_to(copy)
+    assert fingerprint == store.environment_fingerprint("cpu")
 
 
 @pytest.fixture

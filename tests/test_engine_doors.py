@@ -32,9 +32,9 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path, build):
     assert {(site / "site/good" / name).stat().st_mode for name in (figure, "good.ipynb")} == {mode}
     notebook = nbformat.read(site / "site/good/good.ipynb", as_version=4)
     nbformat.validate(notebook)
-    assert [c.cell_type for c in notebook.cells] == ["code", "code", "markdown", "code", "markdown"]
-    assert [c.metadata.get("tags") for c in notebook.cells[:2]] == [["install"], ["setup"]]  # install, then set-up
-    assert "The value is 42." in notebook.cells[4].source
+    assert [c.cell_type for c in notebook.cells] == ["code", "markdown", "code", "markdown"]
+    assert notebook.cells[0].metadata.get("tags") == ["setup"]  # no install cell: publish_package is off
+    assert "The value is 42." in notebook.cells[3].source
 
     again = build(site)
     assert "docs/good.md: from cache" in again.stderr
@@ -43,7 +43,7 @@ def test_build_runs_pages_and_writes_their_notebooks(tmp_path, build):
     (site / "docs/good.md").write_text(GOOD.replace("The value is", "Its value is"))  # prose only
     edited = build(site)
     assert "docs/good.md: from cache" in edited.stderr  # the outputs are; the notebook is made again
-    assert "Its value is 42." in nbformat.read(site / "site/good/good.ipynb", as_version=4).cells[4].source
+    assert "Its value is 42." in nbformat.read(site / "site/good/good.ipynb", as_version=4).cells[3].source
 
 
 def test_a_notebook_shows_the_outputs_of_its_pages_latest_run(tmp_path, build):

@@ -168,8 +168,10 @@ def wheels(store: Path) -> list[Path]:
 
 def test_a_rebuilt_site_offers_the_new_wheel_alone_and_its_notebooks_install_it(tmp_path, build, monkeypatch):
     root = copy_of_the_project(tmp_path / "project")
-    monkeypatch.setattr(plugin, "read_project", lambda: read_project(root))  # the site's lessonlib is the copy
+    monkeypatch.setattr(plugin, "read_project", lambda _: read_project(root))  # the site's project is the copy
     site = make_site(tmp_path / "site", {"index.md": "# Home\n\n```python exec\nprint(1)\n```\n"})
+    (site / "mkdocs.yml").write_text((site / "mkdocs.yml").read_text().replace(
+        "cache_dir: .cache\n", "cache_dir: .cache\n      publish_package: true\n"))
     offered = []
     for edit in ("", "# edited\n"):
         (root / "lessonlib" / "device.py").write_text((ROOT / "lessonlib" / "device.py").read_text() + edit)

@@ -115,7 +115,7 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
 
 
 @pytest.mark.parametrize("options", ["", ' alt=""', " alt=' '", ' caption="Only a caption."'])
-def test_a_figure_without_caption_is_an_error(options):
+def test_a_figure_without_alt_text_is_an_error(options):
     error = error_of(f"# t\n\n```python exec{options}\nimport matplotlib.pyplot as plt\nplt.plot([1, 2])\n```\n")
     assert str(error).startswith(f"{PATH}:3: this block makes a figure but has no alt text")
 

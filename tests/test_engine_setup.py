@@ -243,15 +243,24 @@ def test_lessonlib_run_on_a_failing_page_prints_what_the_blocks_before_printed(t
     assert "docs/fails.md:11: RuntimeError: no" in result.stderr
 
 
-def test_the_documented_device_calls_work():
+def test_the_documented_device_calls_work(monkeypatch):
+    """cpus(): one process per core this process may run on, and no more than the build's workers."""
     import lessonlib
+    from lessonlib import device
 
-    assert lessonlib.device().type == "cpu" and lessonlib.device.cpus() >= 1
+    assert lessonlib.device().type == "cpu"
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 2, 5}, raising=False)
+    monkeypatch.setattr(device, "_core_budget", None)
+    assert lessonlib.device.cpus() == 3  # the cores it may run on, not the machine's
+    device.limit_cpus(2)
+    assert lessonlib.device.cpus() == 2
+    device.limit_cpus(64)
+    assert lessonlib.device.cpus() == 3
 
 
-def test_the_readme_says_how_long_the_first_build_takes_how_to_add_a_dependency_and_what_a_download_needs():
+def test_the_readme_says_how_to_add_a_dependency_and_what_a_download_needs():
+    """Words only: how long a build takes is measured by scripts/bench_clone, not checked here."""
     readme = (ROOT / "README.md").read_text()
-    assert re.search(r"first build[^.]*\d+ minutes", readme, re.I)
     assert "pyproject.toml" in readme and "constraints.txt" in readme and "dependency" in readme
     assert re.search(r"notebook.{0,80}needs", readme, re.I | re.S)
 

@@ -35,10 +35,10 @@ def test_a_module_page_anchors_every_line_and_lists_what_it_defines(tmp_path):
     assert page.src_uri == "code/lessonlib/experiments/cost.md" and page.file == "lessonlib/experiments/cost.py"
     assert page.summary == "Counting cost. Second sentence."
     assert all(f'id="L-{n}"' in page.markdown for n in range(1, 16))
-    assert '<a href="#L-7"><code>count</code></a> (function)' in page.markdown  # its decorator's line
+    assert '<a href="#L-7">count</a> (function)' in page.markdown  # its decorator's line
     assert "Steps and &lt;operations&gt;." in page.markdown
-    assert '<a href="#L-13"><code>Cost.total</code></a>' not in page.markdown
-    assert '<a href="#L-14"><code>Cost.total</code></a>' in page.markdown
+    assert '<a href="#L-13">Cost.total</a>' not in page.markdown
+    assert '<a href="#L-14">Cost.total</a>' in page.markdown
     assert "in the repository" not in page.markdown
     linked = source_pages.source_page("lessonlib.experiments.cost", file, "https://github.com/o/r/", "dev")
     assert "(https://github.com/o/r/blob/dev/lessonlib/experiments/cost.py)" in linked.markdown

@@ -198,6 +198,10 @@ def _lesson_config() -> type:
         source_pages = c.ListOfItems(c.Type(str), default=[])
         """Packages and modules (dotted names) whose code the site shows, a page per module,
         each source block's label linking to its lines; empty: none."""
+        publish_package = c.Type(bool, default=False)
+        """Publish the site's own project (its pyproject.toml beside mkdocs.yml) as a wheel, with
+        its constraints.txt, under downloads/, and start every notebook the site offers with a
+        cell that installs them; off: notebooks are offered as they are, without an install cell."""
         scheduler = c.Optional(c.Type(str))
         """A Dask scheduler's address (tcp://host:8786): pages run on its workers, which see
         the project and the cache folder at the same paths; unset: on this machine

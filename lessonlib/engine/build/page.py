@@ -15,7 +15,6 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -95,7 +94,7 @@ def execute_pages(sources: list[tuple[str, str]], settings: Settings,
         else:
             results[index] = PageResult(page, render(page, None, None))
     if todo:
-        _Run(settings, report).execute(todo, results)
+        _PagesRun(settings, report).execute(todo, results)
     return _readers_named(results)  # type: ignore[arg-type]
 
 
@@ -109,13 +108,12 @@ def _readers_named(results: list[PageResult | LessonError]) -> list[PageResult |
     return [r.read_by(readers[r.file]) if isinstance(r, WriteError) and r.file in readers else r for r in results]
 
 
-class _Run:
+class _PagesRun:
     """One call of execute_pages: lookups, locks, the pool, storing and rendering."""
 
     def __init__(self, settings: Settings, report: Report) -> None:
         self.settings, self.report = settings, report
         self.environment = environment_fingerprint(settings.device)
-        self.torch = version("torch")  # for the stamp; read once: each read parses its metadata
         self.cache = PageCache(settings.cache_dir) if settings.cache_dir else None
         with self._cache_errors():  # a cache folder that cannot be used is said before anything runs
             self.started = file_clock(settings.cache_dir) if self.cache else 0.0  # what is used from now on stays
@@ -277,7 +275,8 @@ class _Run:
 
     def _result(self, page: ParsedPage, key: str, outputs: PageOutputs, inputs: Manifest) -> PageResult:
         outputs = relocated(outputs, page)  # from the cache: the page lines they name, where its blocks stand now
-        markdown = render(page, outputs.blocks, outputs.values, footer=stamp(key, self.torch, self.settings.device))
+        footer = stamp(key, inputs.dists.get("torch"), self.settings.device)  # torch's version if the page used it
+        markdown = render(page, outputs.blocks, outputs.values, footer=footer)
         return PageResult(page, markdown, outputs, inputs, key=key)
 
 
@@ -291,10 +290,11 @@ def _summary(results: list[PageResult | LessonError], seconds: float, workers: i
             + f", in {seconds:.1f} s" + (f" with {workers} workers" if workers > 1 else ""))
 
 
-def stamp(key: str, torch: str, device: str) -> str:
-    """The build stamp under every executed page: how its numbers were produced (`torch`: its version)."""
+def stamp(key: str, torch: str | None, device: str) -> str:
+    """The build stamp under every executed page: how its numbers were produced. `torch`: the
+    version of torch the page used, None where it used none (then no torch and no device are named)."""
+    used = f"torch {torch}, device <code>{device}</code>, " if torch else ""
     return (
         f'<p class="lessonlib-stamp">Numbers and figures on this page were computed when the site was built: '
-        f"torch {torch}, device <code>{device}</code>, seed {SEED}, "
-        f"code hash <code>{key[:12]}</code>.</p>"
+        f"{used}seed {SEED}, code hash <code>{key[:12]}</code>.</p>"
     )

@@ -9,9 +9,11 @@ files beside the pages are not published unless a page links them. Under ``mkdoc
 what the pages read (helpers, data files, lessonlib's modules) is watched too, so editing any
 of it rebuilds; a rebuild that only the last build's own writes asked for (a page that writes
 its own input, through a process the engine saw only after the fact) stops before any page
-runs, in one line, until a file changes again. The site publishes lessonlib's wheel and the
-pinned versions under downloads/, where every notebook it offers (a lesson's, an exercise)
-installs them from, at site_url.
+runs, in one line, until a file changes again. With the publish_package option, the site
+publishes its own project's wheel and pinned versions under downloads/, where every notebook it
+offers (a lesson's, an exercise) installs them from, at site_url; without it (the default), no
+notebook gets an install cell and nothing is read from a pyproject.toml. Every site gets the
+engine's stylesheet for what the engine writes (figures, stamps, downloads), before its own.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from lessonlib.engine.build.page import PageResult, execute_page, execute_pages
 from lessonlib.engine.build.publish import Staging, in_site
 from lessonlib.engine.build.render import figure_files, fill_html_slots
 from lessonlib.engine.build.search_memo import memoize_search
-from lessonlib.engine.build.stylesheets import shared_stylesheets
+from lessonlib.engine.build.stylesheets import FOLDER, shared_stylesheets
 from lessonlib.engine.build.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 from lessonlib.engine.config import LessonConfig, settings_from
 from lessonlib.engine.worker.blocks import read_page
@@ -46,6 +48,9 @@ log = get_plugin_logger(__name__)
 # What MkDocs, the theme and this plugin write into the site besides the pages' own files.
 SITE_OWN = {"sitemap.xml", "sitemap.xml.gz", "404.html", "search/search_index.json", "assets/", f"{DOWNLOADS}/"}
 LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set
+# The engine's stylesheet (figures, stamps, downloads), added to every site as Material's plugins add theirs.
+STYLESHEET = Path(__file__).resolve().parents[1] / "assets" / "lessonlib.css"
+STYLESHEET_URI = f"{FOLDER}/lessonlib.css"  # in the site
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
 _serving = False  # this process is mkdocs serve
 _last: dict = {}  # under serve: the last build's watched files as they were at its "start" and "end", its "inputs"
@@ -67,7 +72,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         self.root = Path(config.config_file_path).parent
         try:
             self.settings = settings_from(self.config, self.root, Path(config.config_file_path).name)
-            self.project = read_project()
+            self.project = read_project(self.root) if self.config.publish_package else None
         except SetupError as e:
             raise PluginError(str(e)) from None
         docs = Path(config.docs_dir).resolve()
@@ -75,7 +80,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             raise PluginError(f"docs_dir {config.docs_dir} is {docs}, outside the project {self.root.resolve()}: "
                               "lessonlib runs pages inside the project; move the folder in, not a link to it")
         self.install = Install(urljoin(config.site_url or LOCAL_SITE, f"{DOWNLOADS}/"), self.project.wheel_name,
-                               self._rel(config.docs_dir))
+                               self._rel(config.docs_dir)) if self.project else None
         if not config.repo_url:  # mkdocs.yml's edit_uri is a path in repo_url's repository: no source links without one
             config.edit_uri = None
         self.results: dict[str, PageResult] = {}
@@ -90,6 +95,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             extensions[extensions.index("pymdownx.highlight")] = MemoHighlightExtension(self.memo, **options)
         if not self.settings.execute:
             log.info("LESSONLIB_EXECUTE=0: showing code without running it")
+        config.extra_css.insert(0, STYLESHEET_URI)  # first: the site's own stylesheets may override it
         return config
 
     @event_priority(-100)  # last: the notebooks are pages by now (mkdocs-jupyter)
@@ -114,6 +120,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         for file in [f for f in ours if f.src_uri in hidden]:
             files.remove(file)
         self._add_source_pages(files, config)
+        files.append(File.generated(config, STYLESHEET_URI, abs_src_path=str(STYLESHEET)))
         self.site_files = {f.dest_uri for f in files} | SITE_OWN  # what a page may not publish over
         return files
 
@@ -255,12 +262,13 @@ class LessonPlugin(BasePlugin[LessonConfig]):
 
     @event_priority(-100)  # after mkdocs-jupyter has copied the notebook for its download button
     def on_post_page(self, output, page, config):
-        """The exercise notebook offered for download starts with the install cell, and the page
-        links the stylesheets mkdocs-jupyter wrote into it."""
+        """The exercise notebook offered for download starts with the install cell (publish_package),
+        and the page links the stylesheets mkdocs-jupyter wrote into it."""
         source = Path(page.file.abs_src_path or page.file.src_uri)  # a code page has no file of its own
         if source.suffix == ".ipynb":
-            text = published_exercise(source.read_text(encoding="utf-8"), self.install, page.file.src_uri)
-            _write_to_site(Path(config.site_dir), (Path(page.file.dest_uri).parent / source.name).as_posix(), text)
+            if self.install:  # else mkdocs-jupyter's copy, as written
+                text = published_exercise(source.read_text(encoding="utf-8"), self.install, page.file.src_uri)
+                _write_to_site(Path(config.site_dir), (Path(page.file.dest_uri).parent / source.name).as_posix(), text)
             output, stylesheets = shared_stylesheets(output, page.url)
             for name, css in stylesheets.items():
                 _write_to_site(Path(config.site_dir), name, css)
@@ -279,7 +287,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         try:
             with cache_errors(self.settings.cache_dir or self.root):
                 self.memo.save()
-            self._publish_downloads(Path(config.site_dir))
+            if self.project:
+                self._publish_downloads(Path(config.site_dir))
         except SetupError as e:
             raise PluginError(str(e)) from None
         self._finish(config, publish=not (config.strict and self.warnings.count))
@@ -287,7 +296,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         self._note_the_end()
 
     def _publish_downloads(self, site: Path) -> None:
-        """What the notebooks install: lessonlib's wheel, and the pinned versions."""
+        """What the notebooks install: the site's project as a wheel, and its pinned versions."""
         folder = site / DOWNLOADS
         try:
             constraints = (self.project.root / CONSTRAINTS).read_text(encoding="utf-8")
@@ -296,7 +305,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             write_atomically(folder / self.project.wheel_name, wheel_bytes(self.project, store))
             write_atomically(folder / CONSTRAINTS, constraints)
         except OSError as e:
-            raise SetupError(f"cannot publish {DOWNLOADS}/ (lessonlib's wheel and {CONSTRAINTS}): {e}") from None
+            what = f"{self.project.name}'s wheel and {CONSTRAINTS}"
+            raise SetupError(f"cannot publish {DOWNLOADS}/ ({what}): {e}") from None
 
     def on_build_error(self, error):
         self._finish(None, publish=False)

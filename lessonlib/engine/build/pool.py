@@ -1,18 +1,19 @@
 """The build side of running pages: a pool of worker processes, one fresh process per page.
 
-Workers are forked from a template process that has imported torch, NumPy and matplotlib once
-(multiprocessing's forkserver), so a page starts in a fraction of a second with no state from
-any other page. The build process itself never imports torch. It watches each worker: the block
-it is running, its time limit, its memory; whatever ends a worker early becomes a LessonError at
-the line that was running, in words — an exit status, a signal, a timeout, the memory limit.
-Lesson code cannot catch any of these: they are enforced from outside its process, and end
-every process the page started. The template starts with a fixed hash seed, and ends with the
-build (lessonlib.engine.guard). What workers write to their own stdout and stderr (progress
-bars) comes through a pipe each and goes to the build's stderr.
+Workers are forked from a template process that has imported NumPy, matplotlib and (where it is
+installed) torch once (multiprocessing's forkserver), so a page starts in a fraction of a second
+with no state from any other page. The build process itself never imports torch. It watches each
+worker: the block it is running, its time limit, its memory; whatever ends a worker early
+becomes a LessonError at the line that was running, in words — an exit status, a signal, a
+timeout, the memory limit. Lesson code cannot catch any of these: they are enforced from outside
+its process, and end every process the page started. The template starts with a fixed hash seed,
+and ends with the build (lessonlib.engine.guard). What workers write to their own stdout and
+stderr (progress bars) comes through a pipe each and goes to the build's stderr.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import multiprocessing
 import multiprocessing.forkserver
 import os
@@ -39,7 +40,8 @@ from lessonlib.engine.worker.process import PAGE_ENVIRONMENT, PageJob
 
 # Imported once, in the process workers fork from: the guard first, then third-party only
 # (the guard takes lessonlib's own modules out of each worker, so that no project code in the
-# template can be stale: mkdocs serve keeps it across rebuilds).
+# template can be stale: mkdocs serve keeps it across rebuilds). Those not installed are left out
+# (template_modules): a site without torch.
 TEMPLATE = ["lessonlib.engine.guard", "numpy", "torch", "matplotlib", "matplotlib.pyplot", "joblib", "markdown_it",
             "doctest", "psutil"]
 POLL_SECONDS = 0.2  # how often memory and deadlines are checked
@@ -117,8 +119,13 @@ def _context() -> multiprocessing.context.BaseContext:
     global _template
     if _template is None:
         _template = multiprocessing.get_context("forkserver")
-        _template.set_forkserver_preload(TEMPLATE)
+        _template.set_forkserver_preload(template_modules())
     return _template
+
+
+def template_modules() -> list[str]:
+    """TEMPLATE's modules that are installed here (their top-level package found, not imported)."""
+    return [name for name in TEMPLATE if importlib.util.find_spec(name.partition(".")[0]) is not None]
 
 
 def start_template() -> None:

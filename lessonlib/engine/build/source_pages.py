@@ -73,7 +73,7 @@ def source_page(module: str, file: Path, repo_url: str = "", branch: str = "main
     rows = _definitions(tree)
     if rows:
         lines += ["<table><thead><tr><th>Defines</th><th>Line</th><th>What it is</th></tr></thead><tbody>"]
-        lines += [f'<tr><td><a href="#{LINE_ANCHOR.format(line=line)}"><code>{html.escape(name)}</code></a> '
+        lines += [f'<tr><td><a href="#{LINE_ANCHOR.format(line=line)}">{html.escape(name)}</a> '
                   f"({kind})</td><td>{line}</td><td>{html.escape(summary)}</td></tr>"
                   for name, kind, line, summary in rows]
         lines += ["</tbody></table>", ""]
@@ -85,7 +85,7 @@ def index_page(pages: list[SourcePage]) -> str:
     """The pages' index: every module, with the first line of its docstring."""
     lines = ["# The code", "", "Every module behind the lessons, as the site was built from it.", ""]
     for page in pages:
-        lines.append(f"- [`{page.module}`]({posixpath.relpath(page.src_uri, FOLDER)}): {html.escape(page.summary)}")
+        lines.append(f"- [{page.module}]({posixpath.relpath(page.src_uri, FOLDER)}): {html.escape(page.summary)}")
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,8 @@
-"""lessonlib as a wheel, for the notebooks a reader downloads: the site publishes it (with the
-pinned versions, constraints.txt) under downloads/, and each notebook's first cell installs both
-from there (lessonlib.engine.build.notebook.install_cell).
+"""A site's own project as a wheel, for the notebooks a reader downloads: a site with the
+publish_package option (this course's) publishes it, with its pinned versions (constraints.txt),
+under downloads/, and each notebook's first cell installs both from there
+(lessonlib.engine.build.notebook.install_cell). The project is the one whose pyproject.toml is
+beside the site's mkdocs.yml; a site without the option reads none.
 
 Written here from pyproject.toml rather than by a build backend: a pure-Python wheel is a zip
 of the package's files and three metadata files, and building it this way needs nothing
@@ -21,7 +23,7 @@ from pathlib import Path
 from lessonlib.engine.worker.errors import SetupError
 from lessonlib.engine.worker.store import cache_errors, kept
 
-SOURCE = Path(__file__).resolve().parents[3]  # the checkout this lessonlib runs from, with its pyproject.toml
+SOURCE = Path(__file__).resolve().parents[3]  # the checkout this lessonlib runs from (this course's project)
 DOWNLOADS = "downloads"  # the site's folder for the wheel and the constraints
 CONSTRAINTS = "constraints.txt"
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # every entry's time: the same sources give the same wheel
@@ -52,8 +54,7 @@ def read_project(root: Path = SOURCE) -> Project:
     one, so a reader's notebook would otherwise go on running the lessonlib of an older site.
 
     Raises SetupError, in one line, when pyproject.toml or a file of the package cannot be read
-    (lessonlib installed from a wheel, not run from its checkout, has no pyproject.toml: a site
-    needs the checkout to publish it)."""
+    (publish_package needs the project's pyproject.toml beside mkdocs.yml, and its package there)."""
     try:
         pyproject = (root / "pyproject.toml").read_bytes()
         data = tomllib.loads(pyproject.decode("utf-8"))

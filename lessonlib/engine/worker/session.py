@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import doctest
+import importlib.util
 import io
 import linecache
 import random
@@ -16,7 +17,6 @@ import sys
 import traceback
 
 import numpy as np
-import torch
 
 from lessonlib.device import flush_subnormals
 from lessonlib.engine.config import SEED
@@ -33,18 +33,22 @@ DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def start_page(seed: int = SEED) -> None:
-    """The state every page starts from: subnormal floats flushed to zero, one torch thread,
-    the same seed in random, NumPy and torch, and the house figure style. Exported notebooks
-    call it in their first cell.
+    """The state every page starts from: the same seed in random and NumPy, and the house figure
+    style; where torch is installed, subnormal floats flushed to zero, one torch thread and the
+    same seed in torch too (a site without torch needs none). Exported notebooks call it in their
+    first cell.
 
     Subnormals first, before any thread exists, so that every thread torch starts inherits it
     (lessonlib.device.flush_subnormals). One thread, because a sum split over two threads can
     round differently from one over one (the lessons' models are tiny)."""
-    flush_subnormals()
-    torch.set_num_threads(1)
+    if importlib.util.find_spec("torch") is not None:  # imported here: a page that never uses torch never names it
+        import torch
+
+        flush_subnormals()
+        torch.set_num_threads(1)
+        torch.manual_seed(seed)
     random.seed(seed)
     np.random.seed(seed)
-    torch.manual_seed(seed)
     svg.reset()
 
 
