@@ -113,25 +113,24 @@ def section_of(page: ParsedPage, block: Block) -> str:
     return "the introduction"
 
 
-def render_line(page: ParsedPage, i: int, values: dict[str, str] | None, escape: bool = True) -> str:
-    """Line i of the page, with inline values filled in when it is prose (escaped for MkDocs,
-    which reads Markdown with HTML inside; a notebook shows them as they are)."""
-    return substitute_inline(page.lines[i], values, escape) if page.prose[i] else page.lines[i]
+def render_line(page: ParsedPage, i: int, values: dict[str, str] | None) -> str:
+    """Line i of the page, with inline values filled in, as text, when it is prose (a page and its
+    notebook alike: both read Markdown with HTML inside)."""
+    return substitute_inline(page.lines[i], values) if page.prose[i] else page.lines[i]
 
 
-def substitute_inline(line: str, values: dict[str, str] | None, escape: bool = True) -> str:
-    as_text = _as_text if escape else str
+def substitute_inline(line: str, values: dict[str, str] | None) -> str:
 
     def replace(span: re.Match[str]) -> str:
         literal = literal_text(span)
         if literal is not None:
-            return as_text(literal)
+            return _as_text(literal)
         source = inline_source(span)
         if source is None:
             return span.group(0)
         if values is None:
             return f"`{source}`"
-        return as_text(values[source])
+        return _as_text(values[source])
 
     return CODE_SPAN.sub(replace, line)
 
