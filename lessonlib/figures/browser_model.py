@@ -25,9 +25,10 @@ def drawn_figure(alt: str) -> tuple[str, str]:
     return drawn, alt
 
 
-def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, vocab: int,
+def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, writer: str, vocab: int,
                 figure: tuple[str, str], cell: int = 0) -> str:
-    """manifests: {"lstm": file name, "gpt": file name} beside the page; samples: {label: text};
+    """manifests: {"lstm": file name, "gpt": file name} beside the page; samples: {label: text},
+    written by the model named `writer`;
     figure: (SVG text, alt text), shown without JavaScript (drawn_figure); cell: the LSTM cell the
     view opens on. One element with no blank lines (an `exec html` block's output)."""
     esc = html.escape
@@ -40,7 +41,7 @@ def widget_html(manifests: Mapping[str, str], samples: Mapping[str, str], *, voc
     return "".join([
         f'<div class="char-model" data-models="{models}">',
         '<div class="char-model__fallback">',
-        "<p>Samples the transformer wrote when this page was built, from the start of a line:</p>",
+        f"<p>Samples the {esc(writer)} wrote when this page was built, from the start of a line:</p>",
         fallback,
         f'<figure class="lessonlib-figure char-model__figure"><img src="data:image/svg+xml;base64,{image}" '
         f'alt="{esc(alt, quote=True)}"></figure>',
