@@ -15,6 +15,7 @@ import psutil
 import pytest
 import reused_passes
 import torch
+from browser_support import Reader
 
 from lessonlib.engine.worker import lifetime
 
@@ -104,6 +105,30 @@ def browser():
         )
         yield browser
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def base_url(site) -> str:
+    return site.url
+
+
+@pytest.fixture
+def new_reader(browser):
+    """Make readers with other options (viewport, palette, no JavaScript); all closed afterwards."""
+    readers = []
+
+    def make(**options) -> Reader:
+        readers.append(Reader(browser, **options))
+        return readers[-1]
+
+    yield make
+    for reader in readers:
+        reader.close()
+
+
+@pytest.fixture
+def reader(new_reader) -> Reader:
+    return new_reader()
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

@@ -1,12 +1,14 @@
 """Helpers for the engine tests that build fixture sites: waiting on a condition, a folder's
-bytes, and a build whose cache folder is a tiny (full) or read-only file system."""
+bytes, how two built sites differ, and a build whose cache folder is a tiny (full) or read-only
+file system."""
 from __future__ import annotations
 
+import filecmp
 import shlex
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -57,3 +59,16 @@ def with_cache_on_tmpfs(args: list[str], cwd: Path, cache: Path, options: str) -
               f"{shlex.join(args)}; status=$?; echo 'LEFT IN CACHE:'; find {shlex.quote(str(cache))} -type f; exit $status")
     return subprocess.run(["unshare", "-rm", "sh", "-c", script], cwd=cwd, env=environment(),
                           capture_output=True, text=True, timeout=600)
+
+
+DATED = {"sitemap.xml", "sitemap.xml.gz"}  # the files of two builds of one site that differ by date
+
+
+def differences(cmp: filecmp.dircmp, prefix: str = "") -> Iterator[str]:
+    """The relative paths that differ between the two trees `cmp` compares (present in one only, or other bytes)."""
+    for name in cmp.left_only + cmp.right_only:
+        yield prefix + name
+    _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
+    yield from (prefix + name for name in mismatch + errors)
+    for name, sub in cmp.subdirs.items():
+        yield from differences(sub, f"{prefix}{name}/")

@@ -9,7 +9,7 @@ colouring, a head's attention. A burst of typing, and a key typed at the end of 
 counted (predictions shown, positions read, the shading kept), never timed: scripts/bench_browser_model.py
 times them. Hostile input (emoji, joiners, right-to-left and control characters, a top-k out of range),
 reduced motion, failed weights and a page without JavaScript are checked too.
-Uses the fixtures of tests/test_site_browser.py and the one browser of tests/conftest.py (the site
+Uses the readers and the one browser of tests/conftest.py (the site
 is built once per test process). PREBUILT_SITE=DIR serves a site already built instead
 (one with at least the language-model page, such as a mini site of that page alone).
 """
@@ -19,11 +19,9 @@ import json
 import re
 
 import pytest
-import test_site_browser
-from test_site_browser import CHROMIUM, SCHEMES, serious_violations
+from browser_support import CHROMIUM, SCHEMES, serious_violations
 
 # the site tests' browser fixtures, shared: pytest finds a fixture by its name in this module
-base_url, new_reader, reader = test_site_browser.base_url, test_site_browser.new_reader, test_site_browser.reader
 
 PAGE = "lessons/language-model/"
 TOLERANCE = 1e-4

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 from distributed import Client
 from fixture_sites import environment
-from site_support import kill_quietly, until
-from test_engine_doors import DATED, _differences
+from site_support import DATED, differences, kill_quietly, until
 
 from lessonlib.engine.config import CACHE_DIR, SCHEDULER, load_settings
 from lessonlib.engine.worker.blocks import parse_page
@@ -70,7 +69,7 @@ def test_the_course_built_on_a_multi_process_cluster_is_the_site_built_here(tmp_
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-10000:]
     lessons = [f"docs/lessons/{page.name}" for page in sorted((ROOT / "docs" / "lessons").glob("*.md"))]
     assert not [page for page in lessons if f"{page}: from cache" in run.stderr], run.stderr  # all ran there
-    differing = set(_differences(filecmp.dircmp(site.path, built)))
+    differing = set(differences(filecmp.dircmp(site.path, built)))
     timed = _timed_pages()  # their wall-clock timings differ from build to build: present, not compared
     assert all((built / page / "index.html").is_file() for page in timed)
     compared = {name for name in differing if name != "search/search_index.json"

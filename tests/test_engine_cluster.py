@@ -27,10 +27,9 @@ import pytest
 import torch
 from distributed import Client, LocalCluster
 from distributed.scheduler import KilledWorker
+from fault_pages import FAULTS
 from fixture_sites import GOOD, LESSONLIB, environment, make_site
-from site_support import gone, kill_quietly, until
-from test_engine_doors import DATED, _differences
-from test_engine_faults import FAULTS
+from site_support import DATED, differences, gone, kill_quietly, until
 
 from lessonlib.engine.build import cluster
 from lessonlib.engine.build.page import execute_page
@@ -71,7 +70,7 @@ def test_a_site_built_on_the_cluster_is_byte_identical_to_a_local_one_and_shares
     assert build(here).returncode == 0
     on_cluster = build(there, **{SCHEDULER: scheduler})
     assert on_cluster.returncode == 0, on_cluster.stdout + on_cluster.stderr
-    differing = set(_differences(filecmp.dircmp(here / "site", there / "site")))
+    differing = set(differences(filecmp.dircmp(here / "site", there / "site")))
     assert differing <= DATED, differing - DATED
     again_here = build(there).stderr
     assert "docs/good.md: from cache" in again_here and "docs/second.md: from cache" in again_here, again_here

@@ -16,7 +16,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from fixture_sites import GOOD, LESSONLIB, build_process, cli_process, command, environment, make_site
-from site_support import gone, tree, until
+from site_support import DATED, differences, gone, tree, until
 
 
 def test_build_runs_pages_and_writes_their_notebooks(tmp_path, build):
@@ -118,9 +118,6 @@ def test_notebook_export_never_writes_over_an_authors_file_and_says_why_in_one_l
 
 
 # MkDocs stamps these with the build date; everything else must be byte-identical.
-DATED = {"sitemap.xml", "sitemap.xml.gz"}
-
-
 def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path):
     trees = []
     for name, seed in (("a", "1"), ("b", "2")):
@@ -128,17 +125,8 @@ def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_pat
         # a process each, with a hash seed of its own (not one this process may have passed on): set order shows
         assert build_process(site, PYTHONHASHSEED=seed).returncode == 0
         trees.append(site / "site")
-    differing = set(_differences(filecmp.dircmp(trees[0], trees[1])))
+    differing = set(differences(filecmp.dircmp(trees[0], trees[1])))
     assert differing <= DATED, differing - DATED
-
-
-def _differences(cmp: filecmp.dircmp, prefix: str = ""):
-    for name in cmp.left_only + cmp.right_only:
-        yield prefix + name
-    _, mismatch, errors = filecmp.cmpfiles(cmp.left, cmp.right, cmp.common_files, shallow=False)
-    yield from (prefix + name for name in mismatch + errors)
-    for name, sub in cmp.subdirs.items():
-        yield from _differences(sub, f"{prefix}{name}/")
 
 
 def test_a_run_killed_while_its_page_runs_leaves_the_page_to_run_again(tmp_path, lessonlib_cli):
