@@ -300,7 +300,7 @@ def test_without_javascript_the_samples_stand_in(new_reader, base_url):
     # beside the samples, the lesson's learning curves: the same file and alt text as the figure above
     figure = page.locator(".char-model__fallback figure img")
     assert figure.is_visible()
-    curves = page.locator("article figure.lessonlib-figure:not(.char-model__figure) img[alt^='All three models end']")
+    curves = page.locator("article figure.lessonlib-figure:not(.char-model__figure) img[alt^=\"Each model's first run\"]")
     assert curves.count() == 1
     assert figure.get_attribute("src") == curves.get_attribute("src")
     assert figure.get_attribute("alt") == curves.get_attribute("alt")
