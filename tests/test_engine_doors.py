@@ -117,14 +117,32 @@ def test_notebook_export_never_writes_over_an_authors_file_and_says_why_in_one_l
     assert {p: p.read_bytes() for p in before} == before
 
 
-# MkDocs stamps these with the build date; everything else must be byte-identical.
-def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path):
+# A page of random draws each: the seed every page starts from, not the process it ran in, decides them.
+RANDOM_PAGE = """\
+```python exec alt="Random points of page {n}."
+import torch, matplotlib.pyplot as plt
+x = torch.randn(20)
+plt.plot(x)
+print(x[:3])
+```
+"""
+SAME_SITE = {"index.md": "# Home\n", "good.md": GOOD, **{f"p{n}.md": RANDOM_PAGE.format(n=n) for n in range(3)}}
+
+
+# MkDocs stamps the sitemap with the build date; everything else must be byte-identical. The
+# cluster's build is compared the same way (test_engine_cluster.py), beside its scheduler.
+@pytest.mark.parametrize("first, second", [
+    ({"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}),  # a process each, its own hash seed: set order shows
+    ({"LESSONLIB_WORKERS": "1"}, {"LESSONLIB_WORKERS": "3"}),  # every page in one process, or three at once
+], ids=["hash-seeds", "workers"])
+def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path, first, second):
     trees = []
-    for name, seed in (("a", "1"), ("b", "2")):
-        site = make_site(tmp_path / name, {"index.md": "# Home\n", "good.md": GOOD})
-        # a process each, with a hash seed of its own (not one this process may have passed on): set order shows
-        assert build_process(site, PYTHONHASHSEED=seed).returncode == 0
+    for name, variables in (("a", first), ("b", second)):
+        site = make_site(tmp_path / name, SAME_SITE)
+        result = build_process(site, **variables)
+        assert result.returncode == 0, result.stderr
         trees.append(site / "site")
+    assert "with 3 workers" in result.stderr or "LESSONLIB_WORKERS" not in second, result.stderr
     differing = set(differences(filecmp.dircmp(trees[0], trees[1])))
     assert differing <= DATED, differing - DATED
 

@@ -6,7 +6,6 @@ turn a failure into a success: not exit(), not a crash, not a swallowed timeout.
 from __future__ import annotations
 
 import sys
-import textwrap
 
 import pytest
 from fault_pages import FAULTS, PATH
@@ -76,28 +75,6 @@ def test_the_pytest_item_fails_with_the_located_cause(tmp_path):
     result = command([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "docs"], site)  # the pytest door
     assert result.returncode == 1
     assert "docs/lessons/bad.md:1: the page's process exited with status 3 while running this block" in result.stdout
-
-
-def test_one_or_many_workers_give_the_same_bytes(tmp_path, build):
-    pages = {"index.md": "# Home\n", "good.md": GOOD}
-    for n in range(3):
-        pages[f"p{n}.md"] = textwrap.dedent(f"""\
-            ```python exec alt="Random points of page {n}."
-            import torch, matplotlib.pyplot as plt
-            x = torch.randn(20)
-            plt.plot(x)
-            print(x[:3])
-            ```
-            """)
-    trees = []
-    for workers in ("1", "3"):
-        site = make_site(tmp_path / workers, pages)
-        result = build(site, LESSONLIB_WORKERS=workers)
-        assert result.returncode == 0, result.stderr
-        trees.append(site / "site")
-    files = sorted(p.relative_to(trees[0]) for p in trees[0].rglob("*") if p.is_file() and "sitemap" not in p.name)
-    assert files and all((trees[0] / f).read_bytes() == (trees[1] / f).read_bytes() for f in files)
-    assert "with 3 workers" in result.stderr
 
 
 def test_a_page_that_used_a_process_pool_exits_cleanly(tmp_path):
