@@ -56,13 +56,8 @@ def test_publish_package_publishes_the_sites_own_project_and_its_notebooks_insta
 
 NO_TORCH = "import sys\nsys.modules['torch'] = None  # as if torch were not installed: `import torch` fails\n"
 PLAIN = "# Plain\n\n```python exec\nprint('hello without torch')\n```\n"
-# memo.random_state_kept (around every alt text, caption and inline value) imports torch, and
-# inputs.Recorder.manifest takes the engine's own imports for the page's: the fixes are in memo.py
-# and inputs.py, whose edit re-runs every memoized experiment, so left to a session that can afford it.
-NEEDS_WORKER = pytest.mark.xfail(strict=True, reason="needs the memo.py and inputs.py fixes (issue 64)")
 
-
-@pytest.mark.parametrize("page", [PLAIN, pytest.param(GOOD, marks=NEEDS_WORKER)], ids=["print", "matplotlib"])
+@pytest.mark.parametrize("page", [PLAIN, GOOD], ids=["print", "matplotlib"])
 def test_a_site_builds_where_torch_cannot_be_imported(tmp_path, page):
     hide = tmp_path / "no-torch"
     hide.mkdir()
@@ -76,7 +71,6 @@ def test_a_site_builds_where_torch_cannot_be_imported(tmp_path, page):
     assert "torch" not in stamp and "seed 0" in stamp, stamp  # the page used no torch: the stamp names none
 
 
-@NEEDS_WORKER
 def test_a_matplotlib_page_records_as_inputs_only_the_distributions_its_code_reaches(tmp_path):
     (tmp_path / "docs").mkdir()
     settings = Settings(root=tmp_path, cache_dir=tmp_path / "cache")

@@ -90,6 +90,7 @@ _EDITOR_FILE = re.compile(r"\..*\.sw[a-p]|.*~|#.*#|\.#.*")
 # Engine modules a page's process imports that are keyed otherwise: the config's seed is in
 # every key (the environment fingerprint), and the rest of it configures the build, not a result.
 _KEYED_ELSEWHERE = {str(Path(__file__).resolve().parents[1] / "config.py")}
+_ENGINE = str(Path(__file__).resolve().parents[1]) + os.sep  # its own imports (NumPy, psutil ...) are not a page's
 
 
 def never_an_input(name: str) -> bool:
@@ -308,13 +309,14 @@ class Recorder:
     def manifest(self, modules: list[str] | None = None, namespaces: Iterable[dict] = ()) -> Manifest:
         """What was read, as first seen. `modules`: module files to include (default: every
         project module imported in this process). The distributions are those that these
-        modules and `namespaces` (the page's globals) refer to."""
+        modules, the engine's own left out, and `namespaces` (the page's globals) refer to."""
         files = self._project_modules() if modules is None else modules
         seen = Manifest(**{kind: dict(getattr(self.seen, kind)) for kind in KINDS}, unseen=self.seen.unseen)
         for file in files:
             seen.modules[portable(file, self.project)] = _first_seen("modules", file, self.project)
         wanted = set(files)
-        project = [vars(m) for m in list(sys.modules.values()) if _module_file(m) in wanted]
+        project = [vars(m) for m in list(sys.modules.values())
+                   if _module_file(m) in wanted and not _module_file(m).startswith(_ENGINE)]
         libraries = {name for name in referenced_modules([*namespaces, *project])
                      if not self.watches(_module_file(sys.modules.get(name)) or "")}
         seen.dists.update(distributions(libraries))

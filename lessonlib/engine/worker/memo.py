@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -123,11 +124,10 @@ def _package_root() -> Path:
 @contextlib.contextmanager
 def random_state_kept() -> Iterator[None]:
     """Random draws made inside leave every draw after it as it would have been: Python's,
-    NumPy's and torch's generators (CUDA's too, once in use) are put back on the way out."""
-    import torch  # the worker and notebooks have it; the build process never calls memo
-
+    NumPy's and, where it is installed, torch's generators (CUDA's too, once in use) are put
+    back on the way out."""
     state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
+    with _torch_rng_forked():
         try:
             yield
         finally:
@@ -135,14 +135,23 @@ def random_state_kept() -> Iterator[None]:
             np.random.set_state(state[1])
 
 
+def _torch_rng_forked() -> contextlib.AbstractContextManager:
+    if importlib.util.find_spec("torch") is None:  # a site without torch
+        return contextlib.nullcontext()
+    import torch  # the worker and notebooks have it; the build process never calls memo
+
+    return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else [])
+
+
 @contextlib.contextmanager
 def _seeded_and_restored() -> Iterator[None]:
-    import torch
-
     with random_state_kept():
         random.seed(SEED)
         np.random.seed(SEED)
-        torch.manual_seed(SEED)
+        if importlib.util.find_spec("torch") is not None:
+            import torch
+
+            torch.manual_seed(SEED)
         yield
 
 
