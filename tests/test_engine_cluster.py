@@ -532,13 +532,13 @@ def _tiny_experiments(workers: int) -> dict:
     pair = seq2seq.train_both(dict(attention=False), dict(attention=True), workers=workers, steps=2, hidden=8,
                               batch_size=4, max_len=5, progress=False)
     ciphers = caesar.train_both(protocol=caesar.CaesarProtocol(digits=2, d_model=8, steps=2, batch=4), workers=workers)
-    plays = lm.train_all([("rnn", 0, None), ("gpt", 0, None)], workers=workers,
+    plays = lm.train_all([("rnn", 0), ("gpt", 0)], workers=workers,
                          protocol=lm.LMProtocol(steps=2, batch=2, chunk=8, eval_every=1, eval_windows=2, eval_count=4,
                                                 embedding=8, sizes={"rnn": 8, "lstm": 8, "gpt": 8}, layers=1))
     sweep = memory_task.sweep(models=("rnn", "lstm"), lengths=(4,), seeds=(0,), progress=False, workers=workers,
                               protocol=memory_task.MemoryProtocol(steps=2, val_size=8, batch=4))
     assert isinstance(pair[1], seq2seq.Seq2Seq) and isinstance(ciphers["masked"].model, torch.nn.Module)
-    assert isinstance(plays["gpt", 0, None].model, torch.nn.Module)  # a page gets live models, as before
+    assert isinstance(plays["gpt", 0].model, torch.nn.Module)  # a page gets live models, as before
     return {"seq2seq": [model.state_dict() for model in pair],
             "caesar": {name: (run.model.state_dict(), run.losses) for name, run in ciphers.items()},
             "language model": {key: (run.model.state_dict(), run.losses, run.position.tolist())

@@ -234,12 +234,10 @@ def test_a_short_training_run_learns_and_keeps_its_shape(monkeypatch):
     shapes = []
     step = lm.train_chunk
     monkeypatch.setattr(lm, "train_chunk", lambda m, o, x, y, s, c: (shapes.append(tuple(x.shape)), step(m, o, x, y, s, c))[1])
-    run = lm.train("lstm", p, truncation=32)
-    assert shapes == [(2 * p.batch, 32)] * 6, "truncation 32 instead of 64: twice the rows, the same characters per step"
+    run = lm.train("lstm", p)
+    assert shapes == [(p.batch, p.chunk)] * 6
     assert len(run.losses) == 6 and run.val_steps == [3, 6] and run.position.shape == (p.chunk,)
     assert run.losses[-1] < run.losses[0]
-    with pytest.raises(ValueError, match="truncation applies to the recurrent"):
-        lm.train("gpt", p, truncation=32)
 
 
 def test_learning_rate_warms_up_then_falls_to_a_tenth():

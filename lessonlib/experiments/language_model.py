@@ -154,36 +154,29 @@ class Trained:
         return self.position.mean().item() / math.log(2)
 
 
-def train(name: str, protocol: LMProtocol = PROTOCOL, seed: int = 0, device: Device = "cpu",
-          truncation: int | None = None) -> Trained:
-    """Train `name` under the protocol. `truncation` (recurrent models only) replaces the chunk
-    length, and the text is laid out in as many more rows as keep 2,048 characters per step
-    (truncation 16: 128 rows of 16 characters). Every run then takes the same number of steps of
-    the same size over the same characters; only how far back each backward pass reaches differs."""
+def train(name: str, protocol: LMProtocol = PROTOCOL, seed: int = 0, device: Device = "cpu") -> Trained:
+    """Train `name` under the protocol, its weights drawn from `seed`."""
     with steady_cpu(device):
-        return _train(name, protocol, seed, torch.device(device), truncation)
+        return _train(name, protocol, seed, torch.device(device))
 
 
-def _train(name: str, p: LMProtocol, seed: int, device: torch.device, truncation: int | None) -> Trained:
+def _train(name: str, p: LMProtocol, seed: int, device: torch.device) -> Trained:
     data = load()
     model = build(name, len(data.tokenizer), p, seed, device)
     recurrent = isinstance(model, CharRNN)
-    k = p.chunk if truncation is None else truncation
-    if not recurrent and k != p.chunk:
-        raise ValueError("truncation applies to the recurrent models; the transformer's context is the chunk")
-    rows = text.streams(data.train, p.batch * p.chunk // k).to(device)  # (B, N // B): contiguous stretches
+    rows = text.streams(data.train, p.batch).to(device)  # (B, N // B): contiguous stretches
     val_x, val_y = (t.to(device) for t in text.random_windows(data.val, p.chunk, p.eval_count))
     look_x, look_y = (t[: p.eval_windows].to(device) for t in text.windows(data.val, p.chunk))  # no overlap
     optimizer = torch.optim.Adam(model.parameters(), lr=p.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: learning_rate(step, p) / p.lr)
     losses, val_steps, val_losses = [], [], []
     state = None  # the hidden state carried along the rows (recurrent models)
-    batches = text.chunks(rows, k)
+    batches = text.chunks(rows, p.chunk)
     for step in range(1, p.steps + 1):
         try:
             x, y = next(batches)
         except StopIteration:  # a full pass: start again at the top, with a fresh state
-            batches, state = text.chunks(rows, k), None
+            batches, state = text.chunks(rows, p.chunk), None
             x, y = next(batches)
         if recurrent:
             loss, state = train_chunk(model, optimizer, x, y, state, p.clip)
@@ -226,32 +219,31 @@ NANOGPT_CPU = LMProtocol(batch=12, steps=2_000, lr=1e-3, warmup=100, sizes={"gpt
 NANOGPT_CPU_NATS = 1.88
 
 SEEDS = (0, 1, 2)
-RUNS = tuple((name, seed, None) for name in ("gpt", "rnn", "lstm") for seed in SEEDS)  # the longest runs first
+RUNS = tuple((name, seed) for name in ("gpt", "rnn", "lstm") for seed in SEEDS)  # the longest runs first
 
 
-def train_all(runs: Sequence[tuple[str, int, int | None]] = RUNS, protocol: LMProtocol = PROTOCOL,
-              device: Device = "cpu", workers: int | None = None) -> dict[tuple[str, int, int | None], Trained]:
-    """train() for every (name, seed, truncation) of `runs`, by default the lesson's: the three
-    models from three seeds each. On a CPU the runs are
-    spread over one process per core, each single-threaded; the results do not depend on how many."""
+def train_all(runs: Sequence[tuple[str, int]] = RUNS, protocol: LMProtocol = PROTOCOL,
+              device: Device = "cpu", workers: int | None = None) -> dict[tuple[str, int], Trained]:
+    """train() for every (name, seed) of `runs`, by default the lesson's: the three models from
+    three seeds each. On a CPU the runs are spread over one process per core, each
+    single-threaded; the results do not depend on how many."""
     device = torch.device(device)
     workers = (1 if device.type != "cpu" else cpus()) if workers is None else workers
-    sent = Parallel(n_jobs=workers)(delayed(_trained_weights)(n, protocol, s, str(device), k) for n, s, k in runs)
+    sent = Parallel(n_jobs=workers)(delayed(_trained_weights)(n, protocol, s, str(device)) for n, s in runs)
     vocab = len(load().tokenizer)
     trained = {}
-    for (name, seed, truncation), (weights, run) in zip(runs, sent):
+    for (name, seed), (weights, run) in zip(runs, sent):
         with torch.random.fork_rng(devices=[]):  # build() seeds: the caller's random state is left alone
             model = build(name, vocab, protocol, seed)
         model.load_state_dict(weights)
-        trained[name, seed, truncation] = replace(run, model=model.eval())
+        trained[name, seed] = replace(run, model=model.eval())
     return trained
 
 
-def _trained_weights(name: str, protocol: LMProtocol, seed: int, device: str,
-                     truncation: int | None) -> tuple[dict[str, Tensor], Trained]:
+def _trained_weights(name: str, protocol: LMProtocol, seed: int, device: str) -> tuple[dict[str, Tensor], Trained]:
     """train()'s model as its weights, and the rest of its Trained: plain data, which crosses from a
     worker process (or a Dask cluster's worker) back to the caller, where a live model may not."""
-    run = train(name, protocol, seed, device, truncation)
+    run = train(name, protocol, seed, device)
     return run.model.state_dict(), replace(run, model=None)
 
 
