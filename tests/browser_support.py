@@ -1,5 +1,5 @@
 """What the browser tests share: Debian's Chromium, the viewports and palettes, a Reader (one tab
-that records console errors and the hosts it contacts), its fixtures, and axe-core's serious
+that records console errors and the hosts it contacts) and axe-core's serious
 violations. The fixtures that make readers (base_url, new_reader, reader) are in conftest.py."""
 from __future__ import annotations
 
