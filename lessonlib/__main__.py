@@ -11,10 +11,10 @@ from pathlib import Path
 
 import nbformat
 
-from lessonlib.engine.build.claims import binding
-from lessonlib.engine.build.notebook import to_notebook
-from lessonlib.engine.build.numerals import hand_typed_numerals, hidden_values
-from lessonlib.engine.build.page import PageResult, execute_pages
+from lessonlib.engine.builder.claims import binding
+from lessonlib.engine.builder.notebook import to_notebook
+from lessonlib.engine.builder.numerals import hand_typed_numerals, hidden_values
+from lessonlib.engine.builder.page import PageResult, execute_pages
 from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.blocks import ParsedPage, parse_page, read_page
 from lessonlib.engine.worker.errors import LessonError, SetupError

@@ -51,8 +51,8 @@ DATED = {"sitemap.xml", "sitemap.xml.gz"}  # MkDocs writes the build date into t
 RAN = re.compile(r"lessonlib: (?:\[\d+/\d+\] )?(\S+): ran (\d+) blocks in ([\d.]+) s")
 
 
-# mkdocs with lessonlib's search memo (lessonlib/engine/build/search_memo.py) switched off
-WITHOUT_SEARCH_MEMO = ("import sys; from lessonlib.engine.build import plugin; "
+# mkdocs with lessonlib's search memo (lessonlib/engine/builder/search_memo.py) switched off
+WITHOUT_SEARCH_MEMO = ("import sys; from lessonlib.engine.builder import plugin; "
                        "plugin.memoize_search = lambda *a: None; "
                        "from mkdocs.__main__ import cli; sys.argv[0] = 'mkdocs'; cli()")
 
@@ -171,8 +171,8 @@ def docs_as_plain_code(scratch: Path) -> Path:
 def rendered_docs(scratch: Path, cache: Path) -> Path:
     """A copy of docs/ whose executable pages hold what the engine renders them to (from the
     cache): Markdown with the outputs, figures and inline values in place."""
-    from lessonlib.engine.build.page import PageResult, execute_pages
-    from lessonlib.engine.build.render import figure_files
+    from lessonlib.engine.builder.page import PageResult, execute_pages
+    from lessonlib.engine.builder.render import figure_files
     from lessonlib.engine.config import Settings
 
     docs = scratch / "rendered-docs"
@@ -194,7 +194,7 @@ def rendered_docs(scratch: Path, cache: Path) -> Path:
 def page_startup_seconds(scratch: Path, pages: int = 8) -> tuple[float, float]:
     """Per page: a trivial page in a fresh worker process (the template started once) and the
     same page run in this process, as before Engine 2."""
-    from lessonlib.engine.build.page import execute_pages
+    from lessonlib.engine.builder.page import execute_pages
     from lessonlib.engine.config import Settings
     from lessonlib.engine.worker.blocks import parse_page
     from lessonlib.engine.worker.session import Session

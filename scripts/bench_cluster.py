@@ -19,7 +19,7 @@ from pathlib import Path
 import dask
 from distributed import LocalCluster
 
-from lessonlib.engine.build.page import PageResult, execute_pages
+from lessonlib.engine.builder.page import PageResult, execute_pages
 from lessonlib.engine.config import Settings
 
 LOOP = "x = 0\nfor i in range({n}):\n    x = (x * 31 + i) % 1000003\n"

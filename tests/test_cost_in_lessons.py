@@ -7,7 +7,7 @@ import importlib.util
 import re
 from pathlib import Path
 
-from lessonlib.engine.build.claims import sentences
+from lessonlib.engine.builder.claims import sentences
 from lessonlib.engine.worker.blocks import parse_page
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from lessonlib.engine.build import cache as cache_module
-from lessonlib.engine.build.page import PACKAGE_ROOT, execute_page, execute_pages
+from lessonlib.engine.builder import cache as cache_module
+from lessonlib.engine.builder.page import PACKAGE_ROOT, execute_page, execute_pages
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker import store
 from lessonlib.engine.worker.errors import LessonError, WriteError

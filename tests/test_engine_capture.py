@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import LessonError
 

@@ -6,10 +6,10 @@ import markdown
 import pytest
 from fixture_sites import make_site
 
-from lessonlib.engine.build.mathml import leftover_tex, source_line
-from lessonlib.engine.build.numerals import hand_typed_numerals, hidden_values
-from lessonlib.engine.build.page import execute_page
-from lessonlib.engine.build.render import (
+from lessonlib.engine.builder.mathml import leftover_tex, source_line
+from lessonlib.engine.builder.numerals import hand_typed_numerals, hidden_values
+from lessonlib.engine.builder.page import execute_page
+from lessonlib.engine.builder.render import (
     DATA_TITLE,
     TIMING_CLASS,
     figure_files,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from lessonlib.__main__ import main as cli_main
-from lessonlib.engine.build.claims import binding, sentences
-from lessonlib.engine.build.render import checks_appendix
+from lessonlib.engine.builder.claims import binding, sentences
+from lessonlib.engine.builder.render import checks_appendix
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.claims import claim
 

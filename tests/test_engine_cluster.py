@@ -31,9 +31,9 @@ from fault_pages import FAULTS
 from fixture_sites import GOOD, LESSONLIB, environment, make_site
 from site_support import DATED, differences, gone, kill_quietly, until
 
-from lessonlib.engine.build import cluster
-from lessonlib.engine.build.page import execute_page
-from lessonlib.engine.build.pool import PageJob, Task
+from lessonlib.engine.builder import cluster
+from lessonlib.engine.builder.page import execute_page
+from lessonlib.engine.builder.pool import PageJob, Task
 from lessonlib.engine.config import SCHEDULER, Settings
 from lessonlib.engine.worker import cluster_calls
 from lessonlib.engine.worker.blocks import parse_page

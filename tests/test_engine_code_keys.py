@@ -1,6 +1,6 @@
 """What editing the engine itself re-runs: only what the edit can change.
 
-Build-side modules (engine/build/) render, export and schedule; no stored result depends on them, so editing one
+Build-side modules (engine/builder/) render, export and schedule; no stored result depends on them, so editing one
 re-runs nothing. Worker-side modules (engine/worker/) run the pages: each page's manifest lists the ones it ran
 with, so editing one re-runs those pages. What a build-side module keeps between builds (parsed
 pages, exported notebooks, the HTML memo) is keyed on its own code.
@@ -21,16 +21,16 @@ import nbformat
 import pytest
 
 import lessonlib
-from lessonlib.engine.build import cache as cache_module
-from lessonlib.engine.build.cache import parsed_page, path_name
-from lessonlib.engine.build.html_memo import HtmlMemo
-from lessonlib.engine.build.notebook import notebook_text
+from lessonlib.engine.builder import cache as cache_module
+from lessonlib.engine.builder.cache import parsed_page, path_name
+from lessonlib.engine.builder.html_memo import HtmlMemo
+from lessonlib.engine.builder.notebook import notebook_text
 from lessonlib.engine.worker import store
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 
 PACKAGE = Path(lessonlib.__file__).resolve().parent
-BUILD_SIDE = sorted(p.relative_to(PACKAGE / "engine") for p in (PACKAGE / "engine" / "build").glob("*.py"))
+BUILD_SIDE = sorted(p.relative_to(PACKAGE / "engine") for p in (PACKAGE / "engine" / "builder").glob("*.py"))
 PAGE = "# A page\n\n```python exec\nimport lessonlib\nprint(lessonlib.device())\n```\n"
 
 
@@ -138,7 +138,7 @@ def test_an_exported_notebook_is_made_again_when_the_exporting_code_changes(tmp_
     kept = store / f"{path_name('docs/a.md')}.ipynb"
     version = kept.read_text().split(" ", 1)[0]
     assert notebook_text(page, outputs, "key", store) == text and kept.read_text().split(" ", 1)[0] == version
-    edit(engine_copy / "build" / "notebook.py")
+    edit(engine_copy / "builder" / "notebook.py")
     assert notebook_text(page, outputs, "key", store) == text
     assert kept.read_text().split(" ", 1)[0] != version
 
@@ -169,7 +169,7 @@ def test_the_html_memo_renders_again_when_the_code_that_fills_it_changes(tmp_pat
     memo.save()
     HtmlMemo(path).get("highlight", "x", render)
     assert len(renders) == 1
-    edit(engine_copy / "build" / "mathml.py")
+    edit(engine_copy / "builder" / "mathml.py")
     HtmlMemo(path).get("highlight", "x", render)
     assert len(renders) == 2
 

@@ -11,7 +11,7 @@ import pytest
 from fault_pages import FAULTS, PATH
 from fixture_sites import GOOD, cli_process, command, make_site
 
-from lessonlib.engine.build.page import execute_page, execute_pages
+from lessonlib.engine.builder.page import execute_page, execute_pages
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import LessonError
 
@@ -71,7 +71,7 @@ def test_build_and_cli_fail_and_the_previous_site_survives(tmp_path, build, less
 
 def test_the_pytest_item_fails_with_the_located_cause(tmp_path):
     site = make_site(tmp_path, {"lessons/bad.md": FAULTS["os._exit(3)"][0]})
-    (site / "conftest.py").write_text('pytest_plugins = ["lessonlib.engine.build.pytest_plugin"]\n')
+    (site / "conftest.py").write_text('pytest_plugins = ["lessonlib.engine.builder.pytest_plugin"]\n')
     result = command([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "docs"], site)  # the pytest door
     assert result.returncode == 1
     assert "docs/lessons/bad.md:1: the page's process exited with status 3 while running this block" in result.stdout

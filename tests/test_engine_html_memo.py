@@ -9,9 +9,9 @@ import pymdownx.highlight
 import pytest
 from mkdocs.config import load_config
 
-from lessonlib.engine.build.html_memo import HtmlMemo, MemoHighlightExtension
-from lessonlib.engine.build.mathml import to_mathml
-from lessonlib.engine.build.plugin import LessonPlugin
+from lessonlib.engine.builder.html_memo import HtmlMemo, MemoHighlightExtension
+from lessonlib.engine.builder.mathml import to_mathml
+from lessonlib.engine.builder.plugin import LessonPlugin
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = '''\

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from site_support import until
 
-from lessonlib.engine.build.page import execute_page, execute_pages
-from lessonlib.engine.build.pool import start_template
+from lessonlib.engine.builder.page import execute_page, execute_pages
+from lessonlib.engine.builder.pool import start_template
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker import inputs
 from lessonlib.engine.worker.errors import LessonError

@@ -16,7 +16,7 @@ import pytest
 from fixture_sites import environment, make_site
 from site_support import gone, kill_quietly, until
 
-from lessonlib.engine.build.page import execute_page, execute_pages
+from lessonlib.engine.builder.page import execute_page, execute_pages
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import LessonError
 

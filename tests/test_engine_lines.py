@@ -1,12 +1,12 @@
 """The page lines a page shows stay true when its prose moves its blocks: the cache keys on the
 page's code, not its prose, so a page served from it has its outputs' page lines (a traceback's
-frames, a warning's location) moved with their blocks (lessonlib.engine.build.render.relocated)."""
+frames, a warning's location) moved with their blocks (lessonlib.engine.builder.render.relocated)."""
 from __future__ import annotations
 
 import textwrap
 
-from lessonlib.engine.build.page import execute_page
-from lessonlib.engine.build.render import relocated
+from lessonlib.engine.builder.page import execute_page
+from lessonlib.engine.builder.render import relocated
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs

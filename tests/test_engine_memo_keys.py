@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import LessonError
 

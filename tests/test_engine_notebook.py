@@ -19,11 +19,11 @@ from fixture_sites import make_site
 from nbclient.exceptions import CellExecutionError
 from notebook_cells import execute, printed
 
-from lessonlib.engine.build import plugin
-from lessonlib.engine.build.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
-from lessonlib.engine.build.page import execute_page
-from lessonlib.engine.build.stylesheets import LARGE, shared_stylesheets
-from lessonlib.engine.build.wheel import read_project, wheel_bytes
+from lessonlib.engine.builder import plugin
+from lessonlib.engine.builder.notebook import Install, colab_url, notebook_text, published_exercise, to_notebook
+from lessonlib.engine.builder.page import execute_page
+from lessonlib.engine.builder.stylesheets import LARGE, shared_stylesheets
+from lessonlib.engine.builder.wheel import read_project, wheel_bytes
 from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.outputs import PageOutputs

@@ -13,7 +13,7 @@ import pytest
 from fixture_sites import GOOD, MKDOCS_BUILD, environment, make_site
 from site_support import tree, until
 
-from lessonlib.engine.build.publish import Staging, in_site
+from lessonlib.engine.builder.publish import Staging, in_site
 
 STRICT_FAILURES = {
     "a broken link": "\nSee [the missing page](missing.md).\n",

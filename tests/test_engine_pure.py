@@ -8,10 +8,10 @@ from dataclasses import asdict
 
 from nbformat import v4
 
-from lessonlib.engine.build import claims
-from lessonlib.engine.build.cache import page_key
-from lessonlib.engine.build.notebook import to_notebook
-from lessonlib.engine.build.render import checks_appendix, render
+from lessonlib.engine.builder import claims
+from lessonlib.engine.builder.cache import page_key
+from lessonlib.engine.builder.notebook import to_notebook
+from lessonlib.engine.builder.render import checks_appendix, render
 from lessonlib.engine.worker.blocks import parse_page
 
 PATH = "docs/page.md"

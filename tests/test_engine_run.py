@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from lessonlib.engine.build.page import execute_page
-from lessonlib.engine.build.render import figure_files, fill_html_slots
+from lessonlib.engine.builder.page import execute_page
+from lessonlib.engine.builder.render import figure_files, fill_html_slots
 from lessonlib.engine.config import SEED, Settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError

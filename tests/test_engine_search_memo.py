@@ -10,9 +10,9 @@ from material.plugins.search import plugin as search
 from mkdocs.config import load_config
 from mkdocs.structure.toc import get_toc
 
-from lessonlib.engine.build import plugin as lesson_plugin
-from lessonlib.engine.build.html_memo import HtmlMemo
-from lessonlib.engine.build.search_memo import memoize_search
+from lessonlib.engine.builder import plugin as lesson_plugin
+from lessonlib.engine.builder.html_memo import HtmlMemo
+from lessonlib.engine.builder.search_memo import memoize_search
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTENT = '''<h1 id="rnns">RNNs</h1>

@@ -20,8 +20,8 @@ from site_support import can_mount_tmpfs, tree, with_cache_on_tmpfs
 
 from lessonlib.__main__ import main as cli_main
 from lessonlib.engine import config
-from lessonlib.engine.build.cache import prune
-from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.builder.cache import prune
+from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
@@ -184,7 +184,7 @@ def test_a_site_file_the_disk_refuses_is_one_line_and_the_site_stays_as_it_was(t
     before = tree(site / "site")
     (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from"))
     full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    with mock.patch("lessonlib.engine.build.plugin.write_atomically", side_effect=full):  # the page's figure is first
+    with mock.patch("lessonlib.engine.builder.plugin.write_atomically", side_effect=full):  # the page's figure is first
         result = build(site)
     assert result.returncode != 0
     one_clear_line(result.stdout + result.stderr, "cannot write good/figure-", "into the site being built",

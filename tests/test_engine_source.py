@@ -8,9 +8,9 @@ import pytest
 from fixture_sites import make_site
 from notebook_cells import execute, printed
 
-from lessonlib.engine.build.claims import binding
-from lessonlib.engine.build.notebook import to_notebook
-from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.builder.claims import binding
+from lessonlib.engine.builder.notebook import to_notebook
+from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError

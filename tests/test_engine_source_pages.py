@@ -1,4 +1,4 @@
-"""The code behind the lessons on the site (lessonlib.engine.build.source_pages): in process."""
+"""The code behind the lessons on the site (lessonlib.engine.builder.source_pages): in process."""
 from __future__ import annotations
 
 import functools
@@ -6,7 +6,7 @@ import re
 import sys
 import types
 
-from lessonlib.engine.build import source_pages
+from lessonlib.engine.builder import source_pages
 from lessonlib.engine.worker.outputs import Reference
 from lessonlib.engine.worker.shown import defined_at
 
@@ -74,7 +74,7 @@ def test_the_functions_a_memo_option_names_are_found_where_they_are_defined():
     names = {"cost": module, "wrapped": wrapped, "number": 3}
     found = defined_at(names, "cost.count wrapped number missing cost.absent")
     # named as the code calls them, placed where they are defined (a wrapper: where its function is)
-    assert [(r.name, r.file) for r in found] == [("count", "lessonlib/engine/build/source_pages.py"),
-                                                 ("wrapped", "lessonlib/engine/build/source_pages.py")]
+    assert [(r.name, r.file) for r in found] == [("count", "lessonlib/engine/builder/source_pages.py"),
+                                                 ("wrapped", "lessonlib/engine/builder/source_pages.py")]
     assert found[0].line == source_pages.link_names.__code__.co_firstlineno
     assert all(isinstance(r, Reference) for r in found)

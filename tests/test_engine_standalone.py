@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 from fixture_sites import GOOD, build_process, make_site
 
-from lessonlib.engine.build import plugin
-from lessonlib.engine.build.page import execute_page, stamp
-from lessonlib.engine.build.plugin import STYLESHEET, STYLESHEET_URI
-from lessonlib.engine.build.pool import TEMPLATE, template_modules
+from lessonlib.engine.builder import plugin
+from lessonlib.engine.builder.page import execute_page, stamp
+from lessonlib.engine.builder.plugin import STYLESHEET, STYLESHEET_URI
+from lessonlib.engine.builder.pool import TEMPLATE, template_modules
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import SetupError
 from lessonlib.engine.worker.session import start_page

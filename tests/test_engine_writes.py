@@ -21,8 +21,8 @@ from fixture_sites import environment, make_site
 from site_support import until
 
 import lessonlib
-from lessonlib.engine.build import plugin
-from lessonlib.engine.build.page import execute_page, execute_pages
+from lessonlib.engine.builder import plugin
+from lessonlib.engine.builder.page import execute_page, execute_pages
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker import inputs
 from lessonlib.engine.worker.errors import LessonError, WriteError
@@ -136,7 +136,7 @@ def test_a_cache_entry_with_damaged_published_files_is_a_miss(tmp_path, settings
     (entry,) = (settings.cache_dir / "pages").glob("*.json")
     data = json.loads(entry.read_text())
     data["payload"]["published"]["weights.bin"] = "not base64!"
-    from lessonlib.engine.build.cache import _canonical
+    from lessonlib.engine.builder.cache import _canonical
     from lessonlib.engine.worker.store import seal
     data["seal"] = seal(entry.parent, _canonical(data["payload"]))  # damaged, yet sealed: as the build wrote it
     entry.write_text(json.dumps(data))

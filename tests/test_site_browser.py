@@ -22,7 +22,7 @@ import pytest
 import yaml
 from browser_support import CHROMIUM, DESKTOP, NARROW_PHONE, PHONE, SCHEMES, open_every_details, serious_violations
 
-from lessonlib.engine.build import source_pages
+from lessonlib.engine.builder import source_pages
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "test-artifacts" / "screenshots"
@@ -137,7 +137,7 @@ def test_every_page_reads_well(reader, base_url, path):
 
 
 def wait_for_notebook_styles(page) -> None:
-    """Until the page links a notebook stylesheet (lessonlib/engine/build/stylesheets.py) and every one
+    """Until the page links a notebook stylesheet (lessonlib/engine/builder/stylesheets.py) and every one
     it links has loaded; a page without one times out."""
     page.wait_for_function("() => { const rules = [...document.querySelectorAll('link[href*=\"/notebook-\"]')]"
                            ".map(l => l.sheet ? l.sheet.cssRules.length : 0);"

@@ -1,5 +1,5 @@
 """Imported first in the forkserver (and only there: importing it installs it), the process the
-page workers are forked from (see lessonlib.engine.build.pool): it ends every process under it,
+page workers are forked from (see lessonlib.engine.builder.pool): it ends every process under it,
 workers and whatever their pages started, when the build ends in any way (SIGKILL included:
 the kernel tells it), or when it is sent SIGTERM or SIGHUP, then exits. It is their
 subreaper, so none escapes by a new session.

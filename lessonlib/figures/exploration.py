@@ -125,7 +125,7 @@ def _control(frames: Sequence[Frame], control: str, kind: str, start: int, key: 
 def _frame(n: int, frame: Frame, control: str) -> str:
     esc = html.escape
     # A data URI keeps the markup whole wherever it is shown (a notebook); the site links each
-    # frame as a file beside the page (lessonlib.engine.build.render.figure_files).
+    # frame as a file beside the page (lessonlib.engine.builder.render.figure_files).
     src = "data:image/svg+xml;base64," + base64.b64encode(frame.svg.encode()).decode()
     numbers = ""
     if frame.table is not None:

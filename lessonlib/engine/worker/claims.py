@@ -3,7 +3,7 @@
     assert (gap >= -0.02).all(), claim("never better than teacher forcing")
 
 Pages call it; the lint that binds each quoted phrase to its sentence runs nothing and lives on
-the build side (lessonlib.engine.build.claims), so that editing the lint re-runs no page.
+the build side (lessonlib.engine.builder.claims), so that editing the lint re-runs no page.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What crosses a Dask cluster: a page (lessonlib.engine.build.cluster) and a page's joblib calls
+"""What crosses a Dask cluster: a page (lessonlib.engine.builder.cluster) and a page's joblib calls
 (process._joblib_on) cross as bytes, which a worker loads and runs in `run`, a function that Dask
 sends by value, so loading it needs nothing of lessonlib; a joblib call's outcome crosses back as
 bytes too (ClusterBackend).

@@ -1,5 +1,5 @@
 """The worker side: one page, run in a fresh process forked from a template that has torch,
-NumPy and matplotlib imported (lessonlib.engine.build.pool starts it).
+NumPy and matplotlib imported (lessonlib.engine.builder.pool starts it).
 
 It tells the build which block it is starting and what each finished block printed, so that
 whatever ends the process (an exit, a crash, a kill for time or memory) is located at that

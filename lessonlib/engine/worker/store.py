@@ -1,7 +1,7 @@
 """What the build and the pages' workers both use to keep files in the cache: atomic writes,
 locks, versioned and sealed files, the fingerprints of the environment and of engine code, and the
 cache's errors in one line. A worker imports this module (through lessonlib.engine.worker.memo), so
-an edit here re-runs every page; the page cache itself (lessonlib.engine.build.cache) is build-side.
+an edit here re-runs every page; the page cache itself (lessonlib.engine.builder.cache) is build-side.
 
 What the engine keeps in the cache is sealed (``seal``: an HMAC under a secret key of the folder
 it is kept in, made once by the first build that writes there): an entry that another program, a
@@ -42,7 +42,7 @@ def environment_fingerprint(device: str) -> str:
 
 
 def source_fingerprint(*modules: str) -> str:
-    """The code of these engine modules (by path in the engine, e.g. "build/notebook"): the key of what a
+    """The code of these engine modules (by path in the engine, e.g. "builder/notebook"): the key of what a
     build-side module keeps between builds, so that editing it renders afresh."""
     h = hashlib.sha256()
     for name in modules:

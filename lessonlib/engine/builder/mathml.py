@@ -9,7 +9,7 @@ import html
 import json
 import re
 
-from lessonlib.engine.build.html_memo import HtmlMemo
+from lessonlib.engine.builder.html_memo import HtmlMemo
 
 _ARITHMATEX = re.compile(r'<(span|div) class="arithmatex">\s*\\[(\[](.*?)\\[)\]]\s*</\1>', re.DOTALL)
 

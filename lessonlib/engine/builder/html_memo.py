@@ -24,7 +24,7 @@ from pymdownx.highlight import Highlight, HighlightExtension
 from lessonlib.engine.worker.store import source_fingerprint, write_atomically
 
 RENDERERS = ("Pygments", "pymdown-extensions", "latex2mathml")
-OWN_CODE = ("build/html_memo", "build/mathml", "build/search_memo")  # the engine modules whose HTML it keeps
+OWN_CODE = ("builder/html_memo", "builder/mathml", "builder/search_memo")  # the engine modules whose HTML it keeps
 
 
 class HtmlMemo:

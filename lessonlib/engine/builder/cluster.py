@@ -37,8 +37,8 @@ from distributed.comm import connect
 from distributed.scheduler import KilledWorker
 from distributed.security import Security
 
-from lessonlib.engine.build import pool
-from lessonlib.engine.build.pool import Outcome, Task
+from lessonlib.engine.builder import pool
+from lessonlib.engine.builder.pool import Outcome, Task
 from lessonlib.engine.config import SCHEDULER, scheduler_address
 from lessonlib.engine.worker import cluster_calls
 from lessonlib.engine.worker.errors import LessonError, SetupError

@@ -1,7 +1,7 @@
 """execute_pages: the one executor behind the MkDocs plugin, the pytest collector and the CLI.
 
 For each page: parse it, look it up in the cache (its static key, then its recorded inputs),
-run the pages that missed in worker processes (lessonlib.engine.build.pool), store what they
+run the pages that missed in worker processes (lessonlib.engine.builder.pool), store what they
 produced, and render every page back to Markdown (a cached page's outputs with the page lines
 they name moved to where its prose has moved its blocks since: render.relocated). Concurrent
 builds of one checkout share the cache: a page another build is running is waited for, then
@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 import lessonlib
 from lessonlib.device import cpus
-from lessonlib.engine.build.cache import (
+from lessonlib.engine.builder.cache import (
     Entry,
     PageCache,
     file_clock,
@@ -28,7 +28,7 @@ from lessonlib.engine.build.cache import (
     parsed_page,
     prune,
 )
-from lessonlib.engine.build.render import relocated, render
+from lessonlib.engine.builder.render import relocated, render
 from lessonlib.engine.config import SEED, Settings
 from lessonlib.engine.worker.blocks import ParsedPage
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
@@ -39,7 +39,7 @@ from lessonlib.engine.worker.store import cache_errors, environment_fingerprint
 if TYPE_CHECKING:
     from filelock import FileLock
 
-    from lessonlib.engine.build.pool import Outcome, PageJob, Ran, Task
+    from lessonlib.engine.builder.pool import Outcome, PageJob, Ran, Task
 
 PACKAGE_ROOT = Path(lessonlib.__file__).resolve().parent  # lessonlib's own code is the project's too
 
@@ -204,7 +204,7 @@ class _PagesRun:
         is stored only from a run during which its inputs held still."""
         if not claimed:  # every page came from the cache
             return
-        from lessonlib.engine.build.pool import Task  # here: a warm build starts no process
+        from lessonlib.engine.builder.pool import Task  # here: a warm build starts no process
 
         tasks = [Task(self._job(page), page, self.settings.timeout) for _, page in claimed]
         index_of = {id(task): index for task, (index, _) in zip(tasks, claimed)}
@@ -234,10 +234,10 @@ class _PagesRun:
     def _outcomes(self, tasks: list[Task]) -> Iterator[tuple[Task, Outcome]]:
         """pool.run_pages, on this machine or on the Dask cluster at `scheduler`."""
         if self.settings.scheduler:
-            from lessonlib.engine.build import cluster  # here: only a build on a cluster imports Dask
+            from lessonlib.engine.builder import cluster  # here: only a build on a cluster imports Dask
 
             return cluster.run_pages(tasks, self.settings.scheduler, self.settings.memory_limit_mb)
-        from lessonlib.engine.build.pool import run_pages
+        from lessonlib.engine.builder.pool import run_pages
 
         return run_pages(tasks, self._workers(len(tasks)), self.settings.memory_limit_mb)
 
@@ -254,7 +254,7 @@ class _PagesRun:
         return result
 
     def _job(self, page: ParsedPage) -> PageJob:
-        from lessonlib.engine.build.pool import PageJob
+        from lessonlib.engine.builder.pool import PageJob
 
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))

@@ -1,7 +1,7 @@
 """A site's own project as a wheel, for the notebooks a reader downloads: a site with the
 publish_package option (this course's) publishes it, with its pinned versions (constraints.txt),
 under downloads/, and each notebook's first cell installs both from there
-(lessonlib.engine.build.notebook.install_cell). The project is the one whose pyproject.toml is
+(lessonlib.engine.builder.notebook.install_cell). The project is the one whose pyproject.toml is
 beside the site's mkdocs.yml; a site without the option reads none.
 
 Written here from pyproject.toml rather than by a build backend: a pure-Python wheel is a zip

@@ -3,7 +3,7 @@
 Every executable page runs in ``on_pre_build``. The pages are then rendered from those results;
 what they render the same way every time (highlighted code, MathML, search entries) comes from
 an HtmlMemo. MkDocs writes the site into a staging folder, swapped into site_dir only when the
-whole build succeeded, strict checks included (lessonlib.engine.build.publish): a failed or killed
+whole build succeeded, strict checks included (lessonlib.engine.builder.publish): a failed or killed
 build leaves the previous site as it was, under ``mkdocs serve`` too. Helper modules and data
 files beside the pages are not published unless a page links them. Under ``mkdocs serve``,
 what the pages read (helpers, data files, lessonlib's modules) is watched too, so editing any
@@ -28,17 +28,17 @@ from mkdocs.exceptions import PluginError
 from mkdocs.plugins import BasePlugin, event_priority, get_plugin_logger
 from mkdocs.structure.files import File, InclusionLevel, get_files
 
-from lessonlib.engine.build import source_pages
-from lessonlib.engine.build.docs_files import linked, unpublished
-from lessonlib.engine.build.html_memo import HtmlMemo, MemoHighlightExtension
-from lessonlib.engine.build.mathml import leftover_tex, source_line, to_mathml
-from lessonlib.engine.build.notebook import Install, colab_url, notebook_text, published_exercise
-from lessonlib.engine.build.page import PageResult, execute_page, execute_pages
-from lessonlib.engine.build.publish import Staging, in_site
-from lessonlib.engine.build.render import figure_files, fill_html_slots
-from lessonlib.engine.build.search_memo import memoize_search
-from lessonlib.engine.build.stylesheets import FOLDER, shared_stylesheets
-from lessonlib.engine.build.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
+from lessonlib.engine.builder import source_pages
+from lessonlib.engine.builder.docs_files import linked, unpublished
+from lessonlib.engine.builder.html_memo import HtmlMemo, MemoHighlightExtension
+from lessonlib.engine.builder.mathml import leftover_tex, source_line, to_mathml
+from lessonlib.engine.builder.notebook import Install, colab_url, notebook_text, published_exercise
+from lessonlib.engine.builder.page import PageResult, execute_page, execute_pages
+from lessonlib.engine.builder.publish import Staging, in_site
+from lessonlib.engine.builder.render import figure_files, fill_html_slots
+from lessonlib.engine.builder.search_memo import memoize_search
+from lessonlib.engine.builder.stylesheets import FOLDER, shared_stylesheets
+from lessonlib.engine.builder.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 from lessonlib.engine.config import LessonConfig, settings_from
 from lessonlib.engine.worker.blocks import read_page
 from lessonlib.engine.worker.errors import LessonError, SetupError

@@ -11,7 +11,7 @@ phrase is shorter than MIN_WORDS words, is in no sentence (the sentence was edit
 check) or in more than one, or is quoted where it may never run (see `_runs`); and it lists each
 claim-like sentence that no check quotes, unless the page marks it `<!-- not a claim -->` (a
 definition, a plan, a question). The page's collapsed "How this page checks its claims" shows
-each quoted sentence above the code that checks it (lessonlib.engine.build.render).
+each quoted sentence above the code that checks it (lessonlib.engine.builder.render).
 """
 from __future__ import annotations
 

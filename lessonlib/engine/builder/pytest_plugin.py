@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from lessonlib.engine.build.claims import binding
-from lessonlib.engine.build.numerals import hand_typed_numerals, hidden_values
-from lessonlib.engine.build.page import execute_page
+from lessonlib.engine.builder.claims import binding
+from lessonlib.engine.builder.numerals import hand_typed_numerals, hidden_values
+from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.config import load_settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError, SetupError

@@ -14,7 +14,7 @@ indent, in a string too) is written so that it reads the same (_as_typed).
 
 A published notebook (a lesson's, or an exercise, published_exercise) starts with one more
 cell, tagged ``install``: it installs lessonlib from the wheel the site publishes, with the
-pinned versions of what it needs (lessonlib.engine.build.wheel), so that it runs in any fresh Python
+pinned versions of what it needs (lessonlib.engine.builder.wheel), so that it runs in any fresh Python
 environment, away from this repository.
 """
 from __future__ import annotations
@@ -33,19 +33,19 @@ from urllib.parse import urljoin, urlsplit
 
 from nbformat import NotebookNode, from_dict, v4
 
-from lessonlib.engine.build.cache import path_name
-from lessonlib.engine.build.render import (
+from lessonlib.engine.builder.cache import path_name
+from lessonlib.engine.builder.render import (
     DATA_TITLE,
     markdown_table,
     render_line,
     source_markdown,
 )
-from lessonlib.engine.build.wheel import CONSTRAINTS
+from lessonlib.engine.builder.wheel import CONSTRAINTS
 from lessonlib.engine.worker.blocks import SOURCE, Block, ParsedPage
 from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.worker.store import cache_errors, kept, source_fingerprint
 
-OWN_CODE = ("build/notebook", "build/render", "worker/blocks")  # the engine modules a notebook's text comes from
+OWN_CODE = ("builder/notebook", "builder/render", "worker/blocks")  # the engine modules a notebook's text comes from
 HIDDEN = {"hide-code": "source_hidden", "hide-output": "outputs_hidden"}  # what a cell folds, by block option
 SETUP = """\
 # Start where every page of the site starts: one torch thread, seed 0 in random, NumPy and torch,

@@ -8,7 +8,7 @@ import html
 import re
 from dataclasses import replace
 
-from lessonlib.engine.build import claims
+from lessonlib.engine.builder import claims
 from lessonlib.engine.worker.blocks import (
     CODE_SPAN,
     SLOT_CLASS,

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from importlib.metadata import version
 from typing import Any
 
-from lessonlib.engine.build.html_memo import HtmlMemo
+from lessonlib.engine.builder.html_memo import HtmlMemo
 
 SEARCH_INDEX = ("material.plugins.search.plugin", "SearchIndex")
 
