@@ -7,15 +7,21 @@ from __future__ import annotations
 
 import ast
 import errno
+import itertools
 import os
 import re
 import subprocess
 import sys
+import tomllib
+from importlib.metadata import distribution, distributions
 from pathlib import Path
 from unittest import mock
 
 import pytest
 from fixture_sites import GOOD, LESSONLIB, MKDOCS_BUILD, MKDOCS_YML, make_site
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 from site_support import can_mount_tmpfs, tree, with_cache_on_tmpfs
 
 from lessonlib.__main__ import main as cli_main
@@ -258,11 +264,53 @@ def test_the_documented_device_calls_work(monkeypatch):
     assert lessonlib.device.cpus() == 3
 
 
-def test_the_readme_says_how_to_add_a_dependency_and_what_a_download_needs():
-    """Words only: how long a build takes is measured by scripts/bench_clone, not checked here."""
-    readme = (ROOT / "README.md").read_text()
-    assert "pyproject.toml" in readme and "constraints.txt" in readme and "dependency" in readme
-    assert re.search(r"notebook.{0,80}needs", readme, re.I | re.S)
+def _pins() -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text().splitlines():
+        if line.split("#")[0].strip():
+            name, version = line.split("#")[0].strip().split("==")
+            pins[canonicalize_name(name)] = version
+    return pins
+
+
+def _requirements() -> list[Requirement]:
+    """The project's requirements: the lessons' and every extra's."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(r) for r in [*project["dependencies"], *itertools.chain(*project["optional-dependencies"].values())]]
+
+
+def test_every_dependency_is_pinned_to_the_version_installed():
+    """What the README's "Adding a dependency" asks for, true of the checkout: every requirement of
+    pyproject.toml is pinned exactly in constraints.txt, and each pin is what .venv holds."""
+    pins = _pins()
+    assert not [r.name for r in _requirements() if canonicalize_name(r.name) not in pins]
+    installed = {canonicalize_name(d.metadata["Name"]): Version(d.version).public for d in distributions()}
+    assert {name: (pin, installed.get(name)) for name, pin in pins.items() if installed.get(name) != pin} == {}
+
+
+@pytest.mark.xfail(strict=True, reason="torch requires setuptools, which constraints.txt does not pin: a fresh .venv "
+                                       "takes the newest (strict: pinning it makes this pass, then drop the mark)")
+def test_every_package_a_dependency_brings_is_pinned():
+    pins, unpinned, todo, seen = _pins(), set(), _requirements(), set()
+    while todo:
+        requirement = todo.pop()
+        name = canonicalize_name(requirement.name)
+        if name in seen:
+            continue
+        seen.add(name)
+        if name not in pins:
+            unpinned.add(name)
+        todo += [r for r in map(Requirement, distribution(name).requires or [])
+                 if r.marker is None or r.marker.evaluate({"extra": ""})]
+    assert unpinned == set()
+
+
+def test_a_downloaded_notebook_needs_the_python_the_wheel_requires():
+    """The README's "Running one needs Python X or newer" is the wheel's Requires-Python."""
+    needs = re.search(r"Running one needs Python (\d+\.\d+) or newer", (ROOT / "README.md").read_text())
+    assert needs, "the README says which Python a downloaded notebook needs"
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert requires == f">={needs[1]}"
 
 
 def test_the_cache_is_the_users_own_shared_by_every_clone_unless_a_setting_names_another(tmp_path, monkeypatch):
