@@ -110,6 +110,7 @@ def test_bytes_written_through_sys_stdout_buffer_are_the_blocks_output():
         """) == ["text\nbytes \u00e9\ntext again\n"]
 
 
+@pytest.mark.never_reused  # concurrency: one passing run vouches for no other
 def test_a_thread_that_writes_after_its_block_fails_the_page_at_that_block():
     page = """\
         # A page

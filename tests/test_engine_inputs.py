@@ -46,6 +46,7 @@ def built(page: str, settings: Settings) -> tuple[str, bool, list[str]]:
     return result.outputs.blocks[0].text, result.from_cache, lines
 
 
+@pytest.mark.never_reused  # concurrency: one passing run vouches for no other
 def test_an_input_edited_while_its_page_runs_runs_the_page_again(tmp_path, tmp_path_factory, settings):
     barrier = tmp_path_factory.mktemp("barrier")  # outside the project: not an input
     data = tmp_path / "docs/data.txt"
