@@ -267,7 +267,7 @@ def test_the_svg_images_an_html_block_prints_inline_are_linked_as_files_beside_t
     as a figure file, and leaves alone what is not base64 SVG text."""
     page = """\
     ```python exec hide-code html
-    from lessonlib.figures.exploration import Frame, exploration_html
+    from lessonlib.exploration import Frame, exploration_html
 
     frames = [Frame(label, f'<svg xmlns="http://www.w3.org/2000/svg"><text>{label}</text></svg>', f"Frame {label}.")
               for label in ("a", "b")]

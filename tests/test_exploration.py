@@ -1,18 +1,23 @@
-"""Explorations' markup (lessonlib/figures/exploration.py), read as a browser would, without one:
-one alt text per frame, the frames as a sequence for readers without JavaScript, a labelled
-control, a live region, and every text escaped."""
+"""Explorations' markup (lessonlib/engine/worker/exploration.py, public as lessonlib.exploration),
+read as a browser would, without one: one alt text per frame, the frames as a sequence for readers
+without JavaScript, a labelled control, a live region, and every text escaped. And the script and
+stylesheet that drive it, which the plugin adds to every site (lessonlib/engine/assets/)."""
 import base64
 from html.parser import HTMLParser
 
 import fresh_process
 import matplotlib
+from fixture_sites import make_site
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 
+from lessonlib.engine.builder.plugin import ASSETS
+from lessonlib.engine.builder.stylesheets import FOLDER
 from lessonlib.engine.worker import svg
-from lessonlib.figures.exploration import ALT_LIMIT, Frame, Table, exploration_html, frame_svg
+from lessonlib.engine.worker.session import ALT_LIMIT
+from lessonlib.exploration import Frame, Table, exploration_html, frame_svg
 
 
 @pytest.fixture(autouse=True)
@@ -150,3 +155,43 @@ def test_refuses_what_readers_could_not_use(bad, message):
     arguments = dict(frames=frames(3), control="Slope", caption="c", kind="range", start=0) | bad
     with pytest.raises(ValueError, match=message):
         exploration_html(arguments.pop("frames"), **arguments)
+
+
+EXPLORING = """\
+# Exploring
+
+```python exec hide-code html
+import matplotlib.pyplot as plt
+from lessonlib.exploration import Frame, exploration_html, frame_svg
+
+
+def line(slope):
+    fig, ax = plt.subplots(figsize=(2, 1))
+    ax.plot([0, 1], [0, slope])
+    return Frame(str(slope), frame_svg(fig), f"The line rises by {slope}.")
+
+
+print(exploration_html([line(1), line(2)], control="Slope", caption="A line from (0, 0)."))
+```
+"""
+
+
+def test_any_site_gets_the_engines_exploration_script_and_stylesheet_without_listing_them(tmp_path, build):
+    """A site that is not this course, whose mkdocs.yml lists only a script of its own: the
+    engine's stylesheets come before the site's, its page-view.js before exploration.js (which
+    calls it) and both before the site's own script (which may call it too)."""
+    site = make_site(tmp_path, {"index.md": "# Home\n", "exploring.md": EXPLORING})
+    (site / "docs" / "own.js").write_text("lessonlibOnPageView(() => {});\n")
+    assert "extra_" not in (site / "mkdocs.yml").read_text()
+    (site / "mkdocs.yml").write_text((site / "mkdocs.yml").read_text() + "extra_javascript: [own.js]\n")
+    result = build(site)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("lessonlib.css", "exploration.css", "page-view.js", "exploration.js"):
+        assert (site / "site" / FOLDER / name).read_bytes() == (ASSETS / name).read_bytes(), name
+    page = Markup((site / "site/exploring/index.html").read_text())
+    assert page.with_class("lessonlib-exploration")  # the page has one for the script to drive
+    styles = [a["href"] for a in page.tags("link") if a.get("rel") == "stylesheet"]
+    scripts = [a["src"] for a in page.tags("script") if a.get("src")]
+    engine = [f"../{FOLDER}/{name}" for name in ("lessonlib.css", "exploration.css", "page-view.js", "exploration.js")]
+    assert engine[:2] == [href for href in styles if href in engine], styles
+    assert [*engine[2:], "../own.js"] == [src for src in scripts if src in [*engine, "../own.js"]], scripts

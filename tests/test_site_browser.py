@@ -9,7 +9,7 @@ With --screenshots, a picture of each page in each view lands in test-artifacts/
 No test waits for a page load or sleeps: each waits for the state it asserts. Our scripts mark
 theirs: <html data-lessonlib-ready="/path/"> (docs/javascripts/a11y.js, on every page view,
 instant navigation included), data-walkthrough-ready on each walkthrough widget and
-data-exploration-ready on each exploration (docs/javascripts/exploration.js), data-char-model-ready
+data-exploration-ready on each exploration (lessonlib/engine/assets/exploration.js), data-char-model-ready
 on the live language models (docs/javascripts/char-models.js: "true", or "failed" if the weights did not load).
 """
 from __future__ import annotations
@@ -380,7 +380,7 @@ def test_an_exercise_reached_by_instant_navigation_has_its_notebook_styles(reade
     assert not reader.errors, reader.errors
 
 
-# Explorations (lessonlib/figures/exploration.py): where each is, by its control's label, and the
+# Explorations (lessonlib/engine/worker/exploration.py): where each is, by its control's label, and the
 # keys that move it (a range input and a radio group take the arrow keys natively).
 EXPLORATIONS = {
     "radius": ("lessons/recurrent-networks/", "Spectral radius of W_h"),

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lessonlib.engine.worker.memo import memo
+from lessonlib import memo
 from lessonlib.exercises.calls import loss_ends
 from lessonlib.experiments.padding import PaddingEffect
 from lessonlib.models import seq2seq

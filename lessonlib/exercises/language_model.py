@@ -27,9 +27,9 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lessonlib import memo
 from lessonlib.data import text
 from lessonlib.device import steady_cpu
-from lessonlib.engine.worker.memo import memo
 from lessonlib.exercises.calls import STUB, call
 from lessonlib.experiments import language_model as lm
 from lessonlib.models.char_rnn import CharRNN, detach_state

@@ -34,8 +34,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from lessonlib import memo
 from lessonlib.device import steady_cpu
-from lessonlib.engine.worker.memo import memo
 from lessonlib.exercises.calls import call, loss_ends
 from lessonlib.experiments import memory_task
 from lessonlib.models.lstm import LSTM

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from lessonlib.engine.worker.memo import memo
+from lessonlib import memo
 from lessonlib.exercises.attention import AttentionCheckError
 from lessonlib.exercises.calls import call, loss_ends
 from lessonlib.experiments import caesar

@@ -13,7 +13,8 @@ runs, in one line, until a file changes again. With the publish_package option, 
 publishes its own project's wheel and pinned versions under downloads/, where every notebook it
 offers (a lesson's, an exercise) installs them from, at site_url; without it (the default), no
 notebook gets an install cell and nothing is read from a pyproject.toml. Every site gets the
-engine's stylesheet for what the engine writes (figures, stamps, downloads), before its own.
+engine's assets (lessonlib/engine/assets/): the stylesheets for what the engine writes (figures,
+stamps, downloads, explorations) and the scripts that drive it, each before the site's own.
 """
 from __future__ import annotations
 
@@ -48,8 +49,12 @@ log = get_plugin_logger(__name__)
 # What MkDocs, the theme and this plugin write into the site besides the pages' own files.
 SITE_OWN = {"sitemap.xml", "sitemap.xml.gz", "404.html", "search/search_index.json", "assets/", f"{DOWNLOADS}/"}
 LOCAL_SITE = "http://127.0.0.1:8000/"  # mkdocs serve's address, where site_url is not set
-# The engine's stylesheet (figures, stamps, downloads), added to every site as Material's plugins add theirs.
-STYLESHEET = Path(__file__).resolve().parents[1] / "assets" / "lessonlib.css"
+# The engine's assets, added to every site as Material's plugins add theirs, in this order and
+# before the site's own: its stylesheets may override the engine's, its scripts may call
+# page-view.js's lessonlibOnPageView. Each is FOLDER/<name> in the site.
+ASSETS = Path(__file__).resolve().parents[1] / "assets"
+ASSET_NAMES = ("lessonlib.css", "exploration.css", "page-view.js", "exploration.js")
+STYLESHEET = ASSETS / "lessonlib.css"  # figures, stamps, downloads
 STYLESHEET_URI = f"{FOLDER}/lessonlib.css"  # in the site
 _server = None  # mkdocs serve's LiveReloadServer: each rebuild makes a new plugin, the server stays
 _serving = False  # this process is mkdocs serve
@@ -95,7 +100,9 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             extensions[extensions.index("pymdownx.highlight")] = MemoHighlightExtension(self.memo, **options)
         if not self.settings.execute:
             log.info("LESSONLIB_EXECUTE=0: showing code without running it")
-        config.extra_css.insert(0, STYLESHEET_URI)  # first: the site's own stylesheets may override it
+        uris = [f"{FOLDER}/{name}" for name in ASSET_NAMES]  # first: the site's own may override or use them
+        config.extra_css[:0] = [uri for uri in uris if uri.endswith(".css")]
+        config.extra_javascript[:0] = [uri for uri in uris if uri.endswith(".js")]
         return config
 
     @event_priority(-100)  # last: the notebooks are pages by now (mkdocs-jupyter)
@@ -120,7 +127,8 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         for file in [f for f in ours if f.src_uri in hidden]:
             files.remove(file)
         self._add_source_pages(files, config)
-        files.append(File.generated(config, STYLESHEET_URI, abs_src_path=str(STYLESHEET)))
+        for name in ASSET_NAMES:
+            files.append(File.generated(config, f"{FOLDER}/{name}", abs_src_path=str(ASSETS / name)))
         self.site_files = {f.dest_uri for f in files} | SITE_OWN  # what a page may not publish over
         return files
 

@@ -1,15 +1,17 @@
 """Explorations: a figure the reader drives, every frame of it computed when the page is built.
 
-A lesson declares one in a `python exec hide-code html` block: it draws one figure per state
-(each rendered with `frame_svg`), wraps each in a `Frame` with the control's label for that state
-and an alt text stating what that frame shows, and prints `exploration_html(...)`:
+Pages import it as `lessonlib.exploration`. A lesson declares one in a `python exec hide-code
+html` block: it draws one figure per state (each rendered with `frame_svg`), wraps each in a
+`Frame` with the control's label for that state and an alt text stating what that frame shows,
+and prints `exploration_html(...)`:
 
     frames = [Frame(f"{r:.2f}", frame_svg(draw(r)), f"At radius {r:.2f} ...") for r in radii]
     print(exploration_html(frames, control="Spectral radius", caption="...", kind="range"))
 
 Why frames and not a plotting library in the browser: every number stays the page's own (computed,
 checked, and the same on every build), nothing is fetched, and the reader's browser only shows
-and hides pictures. The markup (docs/javascripts/exploration.js drives it) is, without JavaScript
+and hides pictures. The markup (lessonlib/engine/assets/exploration.js drives it, with
+exploration.css beside it: the plugin adds both to every site) is, without JavaScript
 and in print, the frames one after another, each with its label and alt text; with it, a native
 control (a range input or a group of radio buttons, both operable by keyboard) shows one frame at
 a time and announces the state and its finding in a live region. A frame may carry a small table

@@ -1,4 +1,5 @@
-/* Explorations (markup and frames: lessonlib/figures/exploration.py). Without this script an
+/* Explorations (markup and frames: lessonlib/engine/worker/exploration.py); the lessonlib plugin
+   adds this script to every site, after page-view.js. Without this script an
    exploration is its frames one after another; with it, its native control (a range input or a
    group of radio buttons) is shown and picks the one frame on view, and the live region
    announces the state and that frame's finding (its alt text). */
