@@ -87,7 +87,7 @@ Move the slider to pick the power.
 ```python exec hide-code html
 import matplotlib.pyplot as plt
 
-from lessonlib.engine.worker.exploration import Frame, exploration_html, frame_svg
+from lessonlib.exploration import Frame, exploration_html, frame_svg
 
 
 def frame(p):
