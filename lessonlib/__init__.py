@@ -21,7 +21,7 @@ def __getattr__(name: str):
         from lessonlib.engine.worker.claims import claim
 
         return claim
-    if name == "memo":  # the engine's memo imports NumPy and joblib: only pages need it
+    if name == "memo":  # the engine's memo imports joblib: only pages need it
         from lessonlib.engine.worker.memo import memo
 
         return memo

@@ -1,19 +1,23 @@
-"""Which torch device, and how many CPU cores, the lessons and tests run on.
+"""Which torch device the lessons and tests run on, and how experiments use the CPU; `cpus`, how
+many cores they may use, is the engine's (lessonlib.engine.worker.cores), re-exported here.
 
 torch is imported inside the functions: `import lessonlib` must not pull it into the build
 process, which only renders pages whose results come from the cache.
 """
 from __future__ import annotations
 
-import os
 import sys
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from lessonlib.engine.worker.cores import cpus
+
 if TYPE_CHECKING:
     import torch
+
+__all__ = ["cpus", "device", "flush_subnormals", "steady_cpu"]  # cpus: the engine's, for experiments
 
 
 def device() -> torch.device:
@@ -32,24 +36,6 @@ def device() -> torch.device:
     return dev
 
 
-_core_budget: int | None = None  # set by the engine in a page's process: the build's `workers`
-
-
-def cpus() -> int:
-    """How many processes an experiment may start: one per core it may run on, and no more than
-    the build's `workers` (so `workers: 1` runs everything one process at a time). Pages that
-    run side by side all get that many and the kernel shares the cores, so the cores a finished
-    page frees go to the pages still running. Results must not depend on it."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores, _core_budget or cores)
-
-
-def limit_cpus(budget: int) -> None:
-    """The engine's worker calls this before a page runs: `cpus()` gives at most `budget`."""
-    global _core_budget
-    _core_budget = max(1, budget)
-
-
 def flush_subnormals() -> None:
     """Compute subnormal floats (float32 below about 1.2e-38) as zero, in this thread and in
     the threads it starts from now on.
@@ -57,7 +43,7 @@ def flush_subnormals() -> None:
     A vanishing gradient fills the backward pass of a long sequence with them, and many CPUs
     compute on subnormals tens of times more slowly than on other floats, so without this a
     page's build time would depend on the CPU. What it changes in a result is below 1e-38.
-    Every page (lessonlib.engine.worker.session.start_page) and every experiment's process calls it."""
+    Every experiment's process calls it (each page's, in lessonlib.engine.worker.session.start_page, too)."""
     import torch
 
     torch.set_flush_denormal(True)

@@ -10,7 +10,7 @@ fi
 stamp=$(cat constraints.txt pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat .venv/.installed 2>/dev/null)" != "$stamp" ]; then
   echo "Installing pinned packages into .venv (once) ..." >&2
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[site,test]"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[course,test]"
   echo "$stamp" > .venv/.installed
 fi
 export NO_MKDOCS_2_WARNING=1

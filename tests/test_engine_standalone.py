@@ -13,9 +13,10 @@ import pytest
 from fixture_sites import GOOD, build_process, make_site
 
 from lessonlib.engine.builder import plugin
-from lessonlib.engine.builder.page import execute_page, stamp
+from lessonlib.engine.builder.cache import PageCache
+from lessonlib.engine.builder.page import _PagesRun, execute_page, stamp
 from lessonlib.engine.builder.plugin import STYLESHEET, STYLESHEET_URI
-from lessonlib.engine.builder.pool import TEMPLATE, template_modules
+from lessonlib.engine.builder.pool import GUARD, Task, template_modules
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import SetupError
 from lessonlib.engine.worker.session import start_page
@@ -40,7 +41,8 @@ def test_a_site_without_publish_package_reads_no_project_and_offers_notebooks_wi
 
 def test_publish_package_publishes_the_sites_own_project_and_its_notebooks_install_it(tmp_path, build):
     site = make_site(tmp_path, {"index.md": "# Home\n\n```python exec\nprint(1)\n```\n"})
-    (site / "mkdocs.yml").write_text((site / "mkdocs.yml").read_text().replace(*PUBLISHING))
+    publishing = PUBLISHING[1] + "      publish_extras: [course]\n"
+    (site / "mkdocs.yml").write_text((site / "mkdocs.yml").read_text().replace(PUBLISHING[0], publishing))
     (site / "pyproject.toml").write_text('[project]\nname = "minicourse"\nversion = "0.2.0"\ndependencies = ["numpy"]\n')
     (site / "minicourse").mkdir()
     (site / "minicourse" / "__init__.py").write_text("ANSWER = 42\n")
@@ -51,7 +53,7 @@ def test_publish_package_publishes_the_sites_own_project_and_its_notebooks_insta
     assert wheel.startswith("minicourse-0.2.0+"), wheel  # the site's project, not lessonlib's checkout
     assert (site / "site" / "downloads" / "constraints.txt").read_text() == "numpy==2.0.0\n"
     install = nbformat.read(site / "site/index.ipynb", as_version=4).cells[0]
-    assert install.metadata.tags == ["install"] and wheel in install.source
+    assert install.metadata.tags == ["install"] and f'"minicourse[course] @ " + DOWNLOADS + "{wheel}"' in install.source
 
 
 NO_TORCH = "import sys\nsys.modules['torch'] = None  # as if torch were not installed: `import torch` fails\n"
@@ -69,6 +71,8 @@ def test_a_site_builds_where_torch_cannot_be_imported(tmp_path, page):
     assert "hello" in html and (page == PLAIN or ("The value is 42." in html and '<img src="figure-' in html))
     (stamp,) = re.findall(r'<p class="lessonlib-stamp">.*?</p>', html)
     assert "torch" not in stamp and "seed 0" in stamp, stamp  # the page used no torch: the stamp names none
+    learned = PageCache(site / ".cache").learned_preload(["docs/page.md"])  # what the next build's template imports
+    assert "torch" not in learned and "lessonlib" not in learned and "matplotlib.pyplot" in learned  # the engine draws
 
 
 def test_a_matplotlib_page_records_as_inputs_only_the_distributions_its_code_reaches(tmp_path):
@@ -110,7 +114,26 @@ def test_start_page_seeds_random_and_numpy_and_leaves_torch_alone_where_it_is_no
     assert np.random.random() == np.random.RandomState(5).random_sample()
 
 
-def test_the_page_template_preloads_only_what_is_installed(monkeypatch):
+def test_the_page_template_imports_the_guard_then_the_preloaded_modules_that_are_installed(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
-    assert template_modules() == [name for name in TEMPLATE if name != "torch"]
+    assert template_modules(["numpy", "torch", "matplotlib.pyplot"]) == [GUARD, "numpy", "matplotlib.pyplot"]
+    assert template_modules([]) == [GUARD]  # nothing learned yet: a site's first build starts no torch
+
+
+def test_the_template_preloads_the_preload_option_else_what_the_pages_imported_when_they_last_ran(tmp_path):
+    (tmp_path / "docs").mkdir()
+    settings = Settings(root=tmp_path, cache_dir=tmp_path / "cache")
+    result = execute_page("```python exec\nimport markdown_it\n```\n", "docs/reads.md", settings)
+    other = execute_page("# No code\n", "docs/never-ran.md", settings)
+    tasks = [Task(None, result.page, 1.0)]  # type: ignore[arg-type]
+    assert {"markdown_it", "joblib"} <= set(_PagesRun(settings, print).preload(tasks))  # the page's, the engine's
+    assert _PagesRun(settings, print).preload([Task(None, other.page, 1.0)]) == []  # type: ignore[arg-type]
+    explicit = Settings(root=tmp_path, cache_dir=tmp_path / "cache", preload=("numpy",))
+    assert _PagesRun(explicit, print).preload(tasks) == ["numpy"]
+
+
+@pytest.mark.parametrize("value", [["num py"], ["numpy", 3]])
+def test_a_preload_that_names_no_module_stops_the_build_in_one_line(tmp_path, value):
+    with pytest.raises(SetupError, match=r"^preload: .* is not a module's name"):
+        Settings(root=tmp_path, preload=tuple(value))

@@ -38,6 +38,7 @@ BUILD_PID = "LESSONLIB_BUILD_PID"  # set by the build for its forkserver, which 
 SCHEDULER = "LESSONLIB_SCHEDULER"  # overrides the scheduler option: run pages on that Dask cluster
 # What Dask's Client connects to: PROTOCOL://HOST:PORT (or HOST:PORT, tcp), an IPv6 host in brackets.
 _ADDRESS = re.compile(r"(?:(?:tcp|tls|ucx|ws|wss)://)?(?:\[[0-9A-Fa-f:.]+\]|[\w.-]+):\d{1,5}|inproc://\S+")
+_EXTRA = re.compile(r"[A-Za-z0-9](?:[-_.A-Za-z0-9]*[A-Za-z0-9])?")  # a package's extra, as pip names it
 VARIABLES = (EXECUTE, REFRESH, CACHE_DIR, WORKERS, DEVICE, PERTURB, BUILD_PID, SCHEDULER)
 # Read by the build only, never in a page's process (which reads its settings for lessonlib.device()):
 # it would record them as inputs, and a cluster build would run again what a local build cached.
@@ -67,6 +68,8 @@ class Settings:
     device: str = "cpu"  # the torch device pages run on (LESSONLIB_DEVICE): cpu, cuda, cuda:1
     perturb: tuple[str, ...] = ()  # scripts/robustness only (LESSONLIB_PERTURB): subnormals, threads=N
     scheduler: str | None = None  # a Dask scheduler (tcp://host:8786) to run pages on; None: this machine's cores
+    preload: tuple[str, ...] | None = None  # modules the pages' template imports; None: those pages imported before
+    publish_extras: tuple[str, ...] = ()  # the extras of the site's wheel its notebooks install (publish_package)
 
     def __post_init__(self) -> None:
         """Raises SetupError, naming the option, for a value out of range."""
@@ -92,6 +95,12 @@ class Settings:
                                  "(N of 1 or more), comma-separated")
         if self.scheduler is not None:
             scheduler_address("scheduler", self.scheduler)
+        if self.preload is not None:
+            checked["preload"] = tuple(module_name("preload", name) for name in self.preload)
+        for extra in self.publish_extras:
+            if not isinstance(extra, str) or not _EXTRA.fullmatch(extra):
+                raise SetupError(f"publish_extras: {extra!r} is not the name of a package's extra (course, test ...)")
+        checked["publish_extras"] = tuple(self.publish_extras)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -135,6 +144,13 @@ def scheduler_address(source: str, address: str) -> str:
     if not _ADDRESS.fullmatch(address):
         raise SetupError(f"{source}: {address!r} is not a Dask scheduler's address (tcp://HOST:PORT)")
     return address
+
+
+def module_name(source: str, name: object) -> str:
+    """The name, if it is a module's (dotted identifiers); else a SetupError naming `source`."""
+    if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+        raise SetupError(f"{source}: {name!r} is not a module's name (numpy, matplotlib.pyplot ...)")
+    return name
 
 
 def _own_folder(source: str, cache_dir: Path, root: Path) -> None:
@@ -202,6 +218,13 @@ def _lesson_config() -> type:
         """Publish the site's own project (its pyproject.toml beside mkdocs.yml) as a wheel, with
         its constraints.txt, under downloads/, and start every notebook the site offers with a
         cell that installs them; off: notebooks are offered as they are, without an install cell."""
+        publish_extras = c.ListOfItems(c.Type(str), default=[])
+        """The extras of the site's project (its pyproject.toml's optional-dependencies) that
+        the notebooks' install cell installs with it (publish_package); empty: none."""
+        preload = c.Optional(c.ListOfItems(c.Type(str)))
+        """Modules (numpy, matplotlib.pyplot ...) imported once, in the process every page's
+        process starts from, so that no page imports them itself; unset: those the site's pages
+        imported when they last ran (kept in the cache), the ones installed."""
         scheduler = c.Optional(c.Type(str))
         """A Dask scheduler's address (tcp://host:8786): pages run on its workers, which see
         the project and the cache folder at the same paths; unset: on this machine
@@ -228,7 +251,9 @@ def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settin
         settings = Settings(root=root, timeout=config.timeout, cache_dir=cache_dir,
                             workers=config.workers, memory_limit_mb=config.memory_limit_mb,
                             output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb,
-                            publish_limit_mb=config.publish_limit_mb, scheduler=config.scheduler)
+                            publish_limit_mb=config.publish_limit_mb, scheduler=config.scheduler,
+                            preload=None if config.preload is None else tuple(config.preload),
+                            publish_extras=tuple(config.publish_extras))
     except SetupError as e:
         raise SetupError(f"{config_name}, lessonlib option {e}") from None
     return settings.with_build_environment()

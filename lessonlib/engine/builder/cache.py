@@ -27,7 +27,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lessonlib.engine.config import module_name
 from lessonlib.engine.worker.blocks import Block, Inline, ParsedPage, parse_page
+from lessonlib.engine.worker.errors import SetupError
 from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import BlockOutput, DataTable, Figure, PageOutputs, Reference, Source
 from lessonlib.engine.worker.store import (
@@ -95,6 +97,7 @@ class PageCache:
         self.root = Path(root) / "pages"
         self.locks = Path(root) / "locks"
         self.durations = Path(root) / "seconds"  # per page path, whatever its key: a hint for scheduling
+        self.imports = Path(root) / "preload"  # per page path too: what its process imported when it last ran
 
     def last_seconds(self, path: str) -> float | None:
         """How long the page at `path` took the last time it ran, if it ever did (its code may differ now)."""
@@ -105,6 +108,21 @@ class PageCache:
 
     def note_seconds(self, path: str, seconds: float) -> None:
         write_atomically(self.durations / path_name(path), f"{seconds:.3f}")
+
+    def note_imports(self, path: str, modules: tuple[str, ...]) -> None:
+        write_atomically(self.imports / path_name(path), json.dumps(list(modules)))
+
+    def learned_preload(self, paths: list[str]) -> list[str]:
+        """The modules the processes of the pages at `paths` imported when they last ran (a
+        page's own project code never: see process._installed), for the template to preload."""
+        learned: dict[str, None] = {}
+        for path in paths:
+            try:
+                modules = json.loads((self.imports / path_name(path)).read_text())
+                learned.update(dict.fromkeys(module_name("preload", m) for m in modules))
+            except (OSError, ValueError, TypeError, SetupError):  # never ran, or not what note_imports wrote
+                continue
+        return sorted(learned)
 
     def load(self, key: str) -> Entry | None:
         """The stored entry, or None when absent, truncated, corrupt or not sealed by a build (a
@@ -153,7 +171,7 @@ def prune(root: Path, limit_mb: float, since: float) -> int:
     until the cache holds at most `limit_mb`; never one used at or after `since` (this build's
     start). Returns how many were dropped. Safe beside other builds: a dropped entry is a miss."""
     units: dict[Path, list[os.stat_result]] = {}
-    for folder in ("pages", "memo", "seconds", "notebooks", "parsed"):
+    for folder in ("pages", "memo", "seconds", "preload", "notebooks", "parsed"):
         for path in (root / folder).glob("*"):
             with contextlib.suppress(FileNotFoundError):  # another build's prune took it
                 if path.suffix == ".tmp" and _abandoned(path, since):

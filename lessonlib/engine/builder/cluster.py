@@ -28,7 +28,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -49,8 +49,10 @@ SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end it
 LET_GO_SECONDS = SETTLE_SECONDS + 2 * CONNECT_SECONDS  # ... and at most this long for the cluster to answer at all
 LINES = "lessonlib-lines"  # the Dask event topic: {"build", "page", "line"} as a page starts a line
 
-def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) -> Iterator[tuple[Task, Outcome]]:
-    """pool.run_pages on the cluster at `scheduler`: each task's page is a Dask task, submitted in
+def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None,
+              preload: Sequence[str] = ()) -> Iterator[tuple[Task, Outcome]]:
+    """pool.run_pages on the cluster at `scheduler` (`preload`: its template's modules on a worker
+    that starts one now): each task's page is a Dask task, submitted in
     the given order (first, first run); yield each task with its result as it finishes. Closed
     early (Ctrl-C, a failure), it cancels the pages and waits for the workers to end them (at most
     LET_GO_SECONDS: then the scheduler ends them as the build disconnects)."""
@@ -69,8 +71,8 @@ def run_pages(tasks: list[Task], scheduler: str, memory_limit_mb: float | None) 
     def submit(i: int):
         path = tasks[i].job.path  # the page crosses as bytes: a worker that cannot load it fails it in one line
         future = client.submit(cluster_calls.run, f"the page {path}", cluster_calls.packed(run_page, tasks[i],
-                               memory_limit_mb, build), key=f"lessonlib-{build}-{path}", priority=len(tasks) - i,
-                               pure=False)
+                               memory_limit_mb, build, tuple(preload)), key=f"lessonlib-{build}-{path}",
+                               priority=len(tasks) - i, pure=False)
         futures[future] = tasks[i]
         return future
 
@@ -220,14 +222,14 @@ def _one_line(e: BaseException) -> str:
 
 # --- on a Dask worker ------------------------------------------------------------------------------
 
-def run_page(task: Task, memory_limit_mb: float | None, build: str) -> Outcome | None:
+def run_page(task: Task, memory_limit_mb: float | None, build: str, preload: tuple[str, ...]) -> Outcome | None:
     """Run one page as a local build does, in a process of its own, telling `build` each line it
     starts; None if the build stopped wanting it."""
     worker = get_worker()
     problem = _unfit(worker.address, task)
     if problem:
         return SetupError(problem)
-    _keep_template()
+    _keep_template(preload)
     key = worker.get_current_task()
     secede()  # the page's process waits here: the thread is free for its joblib tasks (process._joblib_on)
     with tempfile.TemporaryDirectory(prefix="lessonlib-stack-") as folder:  # the build's folder is on its host
@@ -238,7 +240,7 @@ def run_page(task: Task, memory_limit_mb: float | None, build: str) -> Outcome |
             worker.log_event(LINES, {"build": build, "page": task.job.path, "line": line})
 
         page = [replace(task, job=job)]
-        with contextlib.closing(pool.run_pages(page, 1, memory_limit_mb, stop, at_line)) as outcomes:
+        with contextlib.closing(pool.run_pages(page, 1, memory_limit_mb, preload, stop, at_line)) as outcomes:
             return next((outcome for _, outcome in outcomes), None)
 
 
@@ -265,21 +267,21 @@ _keeper: threading.Thread | None = None
 _keeper_lock = threading.Lock()
 
 
-def _keep_template() -> None:
+def _keep_template(preload: tuple[str, ...]) -> None:
     """Start the pages' template from a thread that lasts as long as this worker: the template
     ends when the thread that started it does, and Dask's task threads may come and go."""
     global _keeper
     with _keeper_lock:
         if _keeper is None:
             started = threading.Event()
-            _keeper = threading.Thread(target=_keep, args=(started,), name="lessonlib template", daemon=True)
+            _keeper = threading.Thread(target=_keep, args=(started, preload), name="lessonlib template", daemon=True)
             _keeper.start()
             started.wait()
 
 
-def _keep(started: threading.Event) -> None:
+def _keep(started: threading.Event, preload: tuple[str, ...]) -> None:
     try:
-        pool.start_template()
+        pool.start_template(preload)
     finally:
         started.set()
     threading.Event().wait()  # for as long as the worker lives

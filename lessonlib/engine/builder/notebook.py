@@ -77,7 +77,7 @@ except OSError as e:
     raise SetupFailed(f"Cannot reach the course site at {{DOWNLOADS}} ({{e}}): open this notebook "
                       "from the site it came from, while that site is served.") from None
 pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--constraint", DOWNLOADS + "{constraints}",
-                      DOWNLOADS + "{wheel}"], capture_output=True, text=True)
+                      {package}], capture_output=True, text=True)
 if pip.returncode != 0:
     errors = [line for line in pip.stderr.splitlines() if line.startswith("ERROR")] or pip.stderr.splitlines()[-1:]
     raise SetupFailed(f"pip could not install lessonlib: {{' '.join(errors)}}")
@@ -90,6 +90,7 @@ class Install:
     downloads: str  # the URL of the site's downloads/ folder, ending in "/"
     wheel: str  # the wheel's file name there
     docs: str = "docs"  # the docs folder, relative to the project: its pages' links are made absolute
+    extras: tuple[str, ...] = ()  # the project's extras installed with it (publish_extras: the course's torch ...)
 
     @property
     def site(self) -> str:
@@ -98,7 +99,10 @@ class Install:
 
 def install_cell(install: Install) -> NotebookNode:
     """The first cell of a published notebook."""
-    return _code(INSTALL.format(downloads=install.downloads, wheel=install.wheel, constraints=CONSTRAINTS), "install")
+    package = f'DOWNLOADS + "{install.wheel}"'
+    if install.extras:  # pip takes extras on a wheel's URL only as a requirement: NAME[EXTRAS] @ URL
+        package = f'"{install.wheel.partition("-")[0]}[{",".join(install.extras)}] @ " + {package}'
+    return _code(INSTALL.format(downloads=install.downloads, package=package, constraints=CONSTRAINTS), "install")
 
 
 def published_exercise(text: str, install: Install, src_uri: str) -> str:

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lessonlib
-from lessonlib.device import cpus
 from lessonlib.engine.builder.cache import (
     Entry,
     PageCache,
@@ -31,6 +30,7 @@ from lessonlib.engine.builder.cache import (
 from lessonlib.engine.builder.render import relocated, render
 from lessonlib.engine.config import SEED, Settings
 from lessonlib.engine.worker.blocks import ParsedPage
+from lessonlib.engine.worker.cores import cpus
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import PageOutputs
@@ -236,10 +236,17 @@ class _PagesRun:
         if self.settings.scheduler:
             from lessonlib.engine.builder import cluster  # here: only a build on a cluster imports Dask
 
-            return cluster.run_pages(tasks, self.settings.scheduler, self.settings.memory_limit_mb)
+            return cluster.run_pages(tasks, self.settings.scheduler, self.settings.memory_limit_mb,
+                                     self.preload(tasks))
         from lessonlib.engine.builder.pool import run_pages
 
-        return run_pages(tasks, self._workers(len(tasks)), self.settings.memory_limit_mb)
+        return run_pages(tasks, self._workers(len(tasks)), self.settings.memory_limit_mb, self.preload(tasks))
+
+    def preload(self, tasks: list[Task]) -> list[str]:
+        """What the template preloads: the preload option, else what these pages imported when they last ran."""
+        if self.settings.preload is not None:
+            return list(self.settings.preload)
+        return self.cache.learned_preload([task.page.path for task in tasks]) if self.cache else []
 
     def _outcome(self, task: Task, outcome: Ran | LessonError, key: str, store: bool) -> PageResult | LessonError:
         if isinstance(outcome, LessonError):
@@ -249,6 +256,7 @@ class _PagesRun:
                 made_at = [block.start for block in task.page.blocks]  # for a later page whose prose moved them
                 self.cache.store(key, Entry(replace(outcome.outputs, fences=made_at), outcome.manifest))
                 self.cache.note_seconds(task.page.path, outcome.seconds)
+                self.cache.note_imports(task.page.path, outcome.imported)
         result = self._result(task.page, key, outcome.outputs, outcome.manifest)
         result.blocks_run, result.seconds = len(task.page.blocks), outcome.seconds
         return result

@@ -85,7 +85,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             raise PluginError(f"docs_dir {config.docs_dir} is {docs}, outside the project {self.root.resolve()}: "
                               "lessonlib runs pages inside the project; move the folder in, not a link to it")
         self.install = Install(urljoin(config.site_url or LOCAL_SITE, f"{DOWNLOADS}/"), self.project.wheel_name,
-                               self._rel(config.docs_dir)) if self.project else None
+                               self._rel(config.docs_dir), self.settings.publish_extras) if self.project else None
         if not config.repo_url:  # mkdocs.yml's edit_uri is a path in repo_url's repository: no source links without one
             config.edit_uri = None
         self.results: dict[str, PageResult] = {}

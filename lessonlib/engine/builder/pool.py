@@ -1,14 +1,15 @@
 """The build side of running pages: a pool of worker processes, one fresh process per page.
 
-Workers are forked from a template process that has imported NumPy, matplotlib and (where it is
-installed) torch once (multiprocessing's forkserver), so a page starts in a fraction of a second
-with no state from any other page. The build process itself never imports torch. It watches each
-worker: the block it is running, its time limit, its memory; whatever ends a worker early
-becomes a LessonError at the line that was running, in words — an exit status, a signal, a
-timeout, the memory limit. Lesson code cannot catch any of these: they are enforced from outside
-its process, and end every process the page started. The template starts with a fixed hash seed,
-and ends with the build (lessonlib.engine.guard). What workers write to their own stdout and
-stderr (progress bars) comes through a pipe each and goes to the build's stderr.
+Workers are forked from a template process that has imported, once, the modules the site's pages
+use (multiprocessing's forkserver: the preload option, else what they imported when they last
+ran), so a page starts in a fraction of a second with no state from any other page. The build
+process itself never imports torch. It watches each worker: the block it is running, its time
+limit, its memory; whatever ends a worker early becomes a LessonError at the line that was
+running, in words — an exit status, a signal, a timeout, the memory limit. Lesson code cannot
+catch any of these: they are enforced from outside its process, and end every process the page
+started. The template starts with a fixed hash seed, and ends with the build
+(lessonlib.engine.guard). What workers write to their own stdout and stderr (progress bars)
+comes through a pipe each and goes to the build's stderr.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
@@ -38,12 +39,7 @@ from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.worker.process import PAGE_ENVIRONMENT, PageJob
 
-# Imported once, in the process workers fork from: the guard first, then third-party only
-# (the guard takes lessonlib's own modules out of each worker, so that no project code in the
-# template can be stale: mkdocs serve keeps it across rebuilds). Those not installed are left out
-# (template_modules): a site without torch.
-TEMPLATE = ["lessonlib.engine.guard", "numpy", "torch", "matplotlib", "matplotlib.pyplot", "joblib", "markdown_it",
-            "doctest", "psutil"]
+GUARD = "lessonlib.engine.guard"  # always imported first in the template (template_modules)
 POLL_SECONDS = 0.2  # how often memory and deadlines are checked
 GRACE_SECONDS = 1.0  # between asking a worker to stop and killing it
 
@@ -53,6 +49,7 @@ class Ran:
     outputs: PageOutputs
     manifest: Manifest
     seconds: float
+    imported: tuple[str, ...] = ()  # what the page's process imported: the learned preload (cache.PageCache)
 
 
 @dataclass
@@ -81,14 +78,15 @@ class _Running:
     gone: bool = False  # its end of the pipe closed: it has exited
 
 
-def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None,
+def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None, preload: Sequence[str] = (),
               stop: Callable[[], bool] = lambda: False,
               at_line: Callable[[Task, int], None] = lambda task, line: None) -> Iterator[tuple[Task, Outcome]]:
     """Run each task's page in its own process, at most `workers` at once, in the given order;
-    yield each task with its result as it finishes. `stop`, asked at each poll: when it says
-    True, end the pages running and return (a Dask worker whose build went away). `at_line` is
-    told each Markdown line a page starts to run (a Dask worker tells its build)."""
-    context = _context()
+    yield each task with its result as it finishes. `preload`: the modules the template imports
+    (template_modules), if this process has not started it yet. `stop`, asked at each poll: when
+    it says True, end the pages running and return (a Dask worker whose build went away).
+    `at_line` is told each Markdown line a page starts to run (a Dask worker tells its build)."""
+    context = _context(preload)
     queue = list(tasks)
     running: list[_Running] = []
     try:
@@ -115,23 +113,29 @@ def run_pages(tasks: list[Task], workers: int, memory_limit_mb: float | None,
 _template: multiprocessing.context.BaseContext | None = None
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
+    """The template, which keeps the modules it started with for as long as it lives (mkdocs serve:
+    the first build's)."""
     global _template
     if _template is None:
         _template = multiprocessing.get_context("forkserver")
-        _template.set_forkserver_preload(template_modules())
+        _template.set_forkserver_preload(template_modules(preload))
     return _template
 
 
-def template_modules() -> list[str]:
-    """TEMPLATE's modules that are installed here (their top-level package found, not imported)."""
-    return [name for name in TEMPLATE if importlib.util.find_spec(name.partition(".")[0]) is not None]
+def template_modules(preload: Sequence[str]) -> list[str]:
+    """What the template imports: the guard first, then those of `preload` installed here (their
+    top-level package found, not imported), so that a site without torch starts no torch. The
+    guard takes lessonlib's own modules out of each worker, so that no project code in the
+    template can be stale: mkdocs serve keeps it across rebuilds."""
+    installed = [name for name in preload if importlib.util.find_spec(name.partition(".")[0]) is not None]
+    return list(dict.fromkeys([GUARD, *installed]))
 
 
-def start_template() -> None:
+def start_template(preload: Sequence[str]) -> None:
     """Start the template now, from this thread: it ends when this thread does (guard)."""
     with _process_globals():
-        _context()
+        _context(preload)
         multiprocessing.forkserver.ensure_running()
 
 
@@ -246,7 +250,7 @@ def _receive(r: _Running, message: object) -> None:
         r.outputs.append(message.output)
     elif isinstance(message, worker.Finished):
         outputs = PageOutputs(r.outputs, message.values, message.published)
-        r.result = Ran(outputs, Manifest.from_json(message.manifest), time.monotonic() - r.started)
+        r.result = Ran(outputs, Manifest.from_json(message.manifest), time.monotonic() - r.started, message.imported)
     elif isinstance(message, worker.Failed) and message.written:
         r.result = WriteError(message.path, message.line, message.written, message.by_process,
                               outputs_before=r.outputs)

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import joblib
-import numpy as np
 
 from lessonlib.engine.config import SEED, environment_settings
 from lessonlib.engine.worker import capture
@@ -123,16 +122,29 @@ def _package_root() -> Path:
 
 @contextlib.contextmanager
 def random_state_kept() -> Iterator[None]:
-    """Random draws made inside leave every draw after it as it would have been: Python's,
-    NumPy's and, where it is installed, torch's generators (CUDA's too, once in use) are put
+    """Random draws made inside leave every draw after it as it would have been: Python's and,
+    where they are installed, NumPy's and torch's generators (CUDA's too, once in use) are put
     back on the way out."""
-    state = random.getstate(), np.random.get_state()
-    with _torch_rng_forked():
+    state = random.getstate()
+    with _numpy_state_kept(), _torch_rng_forked():
         try:
             yield
         finally:
-            random.setstate(state[0])
-            np.random.set_state(state[1])
+            random.setstate(state)
+
+
+@contextlib.contextmanager
+def _numpy_state_kept() -> Iterator[None]:
+    if importlib.util.find_spec("numpy") is None:  # a site without NumPy
+        yield
+        return
+    import numpy
+
+    state = numpy.random.get_state()
+    try:
+        yield
+    finally:
+        numpy.random.set_state(state)
 
 
 def _torch_rng_forked() -> contextlib.AbstractContextManager:
@@ -147,7 +159,10 @@ def _torch_rng_forked() -> contextlib.AbstractContextManager:
 def _seeded_and_restored() -> Iterator[None]:
     with random_state_kept():
         random.seed(SEED)
-        np.random.seed(SEED)
+        if importlib.util.find_spec("numpy") is not None:
+            import numpy
+
+            numpy.random.seed(SEED)
         if importlib.util.find_spec("torch") is not None:
             import torch
 

@@ -1,5 +1,5 @@
-"""The worker side: one page, run in a fresh process forked from a template that has torch,
-NumPy and matplotlib imported (lessonlib.engine.builder.pool starts it).
+"""The worker side: one page, run in a fresh process forked from a template that has imported
+the modules the site's pages use (lessonlib.engine.builder.pool starts it).
 
 It tells the build which block it is starting and what each finished block printed, so that
 whatever ends the process (an exit, a crash, a kill for time or memory) is located at that
@@ -17,21 +17,24 @@ from __future__ import annotations
 
 import ast
 import atexit
+import builtins
 import faulthandler
 import functools
+import importlib.util
 import os
 import signal
 import sys
 import tempfile
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
-from lessonlib.device import limit_cpus
 from lessonlib.engine.config import SEED
 from lessonlib.engine.worker import capture, lifetime, page_files
 from lessonlib.engine.worker.blocks import ParsedPage, parse_page
+from lessonlib.engine.worker.cores import limit_cpus
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
 from lessonlib.engine.worker.inputs import Recorder
 from lessonlib.engine.worker.outputs import BlockOutput
@@ -81,6 +84,7 @@ class Finished:
     values: dict[str, str]  # inline values by source
     manifest: dict  # Manifest.to_json()
     published: dict[str, bytes] = field(default_factory=dict)  # lessonlib.publish: name -> content
+    imported: tuple[str, ...] = ()  # the installed top-level packages the process imported (pool.learned_preload)
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,7 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
     sys.path.insert(0, str(job.folder))
     os.environ.clear()
     os.environ.update({**dict(job.variables), **PAGE_ENVIRONMENT})
+    imported = _noting_imports()
     limit_cpus(job.cores)
     if job.scheduler:
         _joblib_on(job.scheduler)
@@ -119,7 +124,7 @@ def main(conn: Connection, output: Connection, job: PageJob) -> None:
     scratch = Path(tempfile.mkdtemp(prefix=f"lessonlib-scratch-{Path(job.path).stem[:40]}-"))  # a name fits
     message: object
     try:
-        message = _run(conn, job, page, children, scratch)
+        message = _run(conn, job, page, children, scratch, imported)
     except WriteError as e:
         message = Failed(e.path, e.line, e.message, e.detail, e.file, e.by_process)
     except LessonError as e:
@@ -168,10 +173,12 @@ def _stdio(output: Connection) -> None:
     output.close()
 
 
-def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children, scratch: Path) -> Finished:
-    import matplotlib
+def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children, scratch: Path,
+         imported: Callable[[], set[str]]) -> Finished:
+    if importlib.util.find_spec("matplotlib") is not None:
+        import matplotlib
 
-    matplotlib.use("Agg")  # no display at build time
+        matplotlib.use("Agg")  # no display at build time
 
     from lessonlib.engine.worker.memo import MemoStore, memo_store
     from lessonlib.engine.worker.session import Session
@@ -206,7 +213,41 @@ def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children, 
             session.assert_all_held()
             children.seen_after(len(page.blocks))
     return Finished(values, recorder.manifest(namespaces=[session.namespace]).to_json(),
-                    page_files.take_published())
+                    page_files.take_published(), _installed(imported(), recorder))
+
+
+def _noting_imports() -> Callable[[], set[str]]:
+    """What imported() gives: the names of the imports this process makes from now on, those the
+    template made already included (an import of those only looks one up): top-level, or dotted
+    where one package imports another's module (matplotlib.pyplot: most of the time it takes);
+    and the top-level names of modules loaded without an import statement (importlib.import_module).
+    What the next build's template preloads: a module stays preloaded only while some page imports it."""
+    before, names = set(sys.modules), set()
+    real = builtins.__import__
+
+    def noting(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0:
+            top = name.partition(".")[0]
+            names.add(name if top != (globals or {}).get("__name__", "").partition(".")[0] else top)
+        return real(name, globals, locals, fromlist, level)
+
+    builtins.__import__ = noting
+    return lambda: names | {name.partition(".")[0] for name in list(sys.modules) if name not in before}
+
+
+_NEVER_PRELOADED = {"lessonlib", "sitecustomize", "usercustomize"}  # the guard drops lessonlib from every worker
+
+
+def _installed(imported: set[str], recorder: Recorder) -> tuple[str, ...]:
+    """Those of `imported` that were loaded from installed packages: not the standard library's,
+    not the project's code, no private module."""
+    def installed(name: str) -> bool:
+        file = getattr(sys.modules.get(name), "__file__", None)  # None: not loaded (a failed import), or no file
+        return isinstance(file, str) and not recorder.watches(os.path.abspath(file))
+
+    return tuple(sorted(name for name in imported if name.partition(".")[0] not in sys.stdlib_module_names
+                        and name.partition(".")[0] not in _NEVER_PRELOADED
+                        and not any(part.startswith("_") for part in name.split(".")) and installed(name)))
 
 
 def _no_writes(recorder: Recorder, path: str, line: int) -> None:

@@ -16,9 +16,6 @@ import re
 import sys
 import traceback
 
-import numpy as np
-
-from lessonlib.device import flush_subnormals
 from lessonlib.engine.config import SEED
 from lessonlib.engine.worker import page_files, svg
 from lessonlib.engine.worker.blocks import SOURCE, Block, Inline, ParsedPage
@@ -33,22 +30,25 @@ DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def start_page(seed: int = SEED) -> None:
-    """The state every page starts from: the same seed in random and NumPy, and the house figure
-    style; where torch is installed, subnormal floats flushed to zero, one torch thread and the
-    same seed in torch too (a site without torch needs none). Exported notebooks call it in their
-    first cell.
+    """The state every page starts from: the same seed in random, and the house figure style;
+    where they are installed, the same seed in NumPy, and in torch subnormal floats flushed to
+    zero, one thread and the same seed too (a site without them needs none). Exported notebooks
+    call it in their first cell.
 
     Subnormals first, before any thread exists, so that every thread torch starts inherits it
-    (lessonlib.device.flush_subnormals). One thread, because a sum split over two threads can
-    round differently from one over one (the lessons' models are tiny)."""
+    (lessonlib.device.flush_subnormals says why). One thread, because a sum split over two
+    threads can round differently from one over one (the lessons' models are tiny)."""
     if importlib.util.find_spec("torch") is not None:  # imported here: a page that never uses torch never names it
         import torch
 
-        flush_subnormals()
+        torch.set_flush_denormal(True)
         torch.set_num_threads(1)
         torch.manual_seed(seed)
     random.seed(seed)
-    np.random.seed(seed)
+    if importlib.util.find_spec("numpy") is not None:
+        import numpy
+
+        numpy.random.seed(seed)
     svg.reset()
 
 

@@ -2,13 +2,16 @@
 a notebook keeps its own)."""
 from __future__ import annotations
 
+import importlib.util
 import io
 from collections.abc import Sequence
 
-import matplotlib
-import matplotlib.pyplot as plt
-
 from lessonlib.engine.worker.outputs import DataTable
+
+DRAWS = importlib.util.find_spec("matplotlib") is not None  # a site without matplotlib draws no figures
+if DRAWS:
+    import matplotlib
+    import matplotlib.pyplot as plt
 
 # Fixed ids and no date stamp: the same figure gives the same bytes on every build.
 # Text stays text (smaller files, selectable, searchable by the browser).
@@ -25,10 +28,11 @@ STYLE = {
 
 def reset() -> None:
     """Close every figure and apply the house style (each page starts from the same state)."""
-    plt.close("all")
     _tables.clear()
-    matplotlib.rcdefaults()
-    matplotlib.rcParams.update(STYLE)
+    if DRAWS:
+        plt.close("all")
+        matplotlib.rcdefaults()
+        matplotlib.rcParams.update(STYLE)
 
 
 _tables: list[DataTable] = []  # figure_data calls since the last take_tables
@@ -65,7 +69,7 @@ def take_tables() -> list[DataTable]:
 def take_figures() -> list[str]:
     """Return every open figure as SVG text, in creation order, and close them."""
     svgs = []
-    for number in plt.get_fignums():
+    for number in plt.get_fignums() if DRAWS else []:
         fig = plt.figure(number)
         buffer = io.StringIO()
         # A white background keeps figures legible on both palettes; dark mode restyles them in CSS.
