@@ -51,24 +51,6 @@ def test_one_failing_page_does_not_stop_the_others_and_each_is_reported(settings
     assert isinstance(results[0], LessonError) and results[1].outputs.blocks[0].text == "fine\n"
 
 
-def test_build_and_cli_fail_and_the_previous_site_survives(tmp_path, build, lessonlib_cli):
-    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
-    assert build(site).returncode == 0
-    before = {p.relative_to(site / "site"): p.read_bytes() for p in (site / "site").rglob("*") if p.is_file()}
-    faults = {f"docs/bad{n}.md": FAULTS[fault] for n, fault in enumerate(["sys.exit(0)", "os._exit(3)", "segfault"])}
-    for page, (body, _, _) in faults.items():
-        (site / page).write_text(body)
-
-    result = build(site)
-    cli = lessonlib_cli(site, "run", *faults)
-    assert result.returncode != 0 and cli.returncode == 1
-    for page, (_, line, cause) in faults.items():
-        assert f"{page}:{line}: {cause}" in result.stderr, page
-        assert f"\n{page}:{line}: {cause}" in f"\n{cli.stderr}", page
-    after = {p.relative_to(site / "site"): p.read_bytes() for p in (site / "site").rglob("*") if p.is_file()}
-    assert after == before, "a failed build must leave the previous site exactly as it was"
-
-
 def test_the_pytest_item_fails_with_the_located_cause(tmp_path):
     site = make_site(tmp_path, {"lessons/bad.md": FAULTS["os._exit(3)"][0]})
     (site / "conftest.py").write_text('pytest_plugins = ["lessonlib.engine.builder.pytest_plugin"]\n')

@@ -1,35 +1,75 @@
-"""A reader gets the previous site or the whole new one: whatever fails or stops a build after
-its pages ran (a strict warning, a page edited meanwhile, a kill), site/ stays byte for byte as
-it was; builds side by side both publish; only pages and the files they link are published (mkdocs serve's own folder: test_engine_doors)."""
+"""A reader gets the previous site or the whole new one: whatever fails or stops a build (a bad
+option, a failing page, a strict warning after the pages ran, a disk that refuses a file, a page
+edited meanwhile, a kill), site/ stays byte for byte as it was; builds side by side both publish; only pages and the files they link are published (mkdocs serve's own folder: test_engine_doors)."""
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
 import stat
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from unittest import mock
 
 import pytest
-from fixture_sites import GOOD, MKDOCS_BUILD, environment, make_site
+from fixture_sites import GOOD, MKDOCS_BUILD, MKDOCS_YML, environment, make_site
 from site_support import tree, until
 
 from lessonlib.engine.builder.publish import Staging, in_site
 
-STRICT_FAILURES = {
-    "a broken link": "\nSee [the missing page](missing.md).\n",
-    "raw TeX": "\nHalf is \\frac{1}{2} here.\n",
+
+def _edit_good(site: Path, extra: str = "") -> None:
+    (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from") + extra)
+
+
+def _strict(extra: str) -> Callable[[Path], contextlib.AbstractContextManager]:
+    """A page edit that MkDocs warns about after the pages ran: in strict mode, a failure."""
+    def breaking(site: Path) -> contextlib.AbstractContextManager:
+        _edit_good(site, extra)
+        return contextlib.nullcontext()
+    return breaking
+
+
+def _failing_page(site: Path) -> contextlib.AbstractContextManager:
+    _edit_good(site)
+    (site / "docs/bad.md").write_text("```python exec\nraise RuntimeError('no')\n```\n")
+    return contextlib.nullcontext()
+
+
+def _bad_option(site: Path) -> contextlib.AbstractContextManager:
+    (site / "mkdocs.yml").write_text(MKDOCS_YML.replace("      timeout: 60\n", "      timeout: 0\n"))
+    return contextlib.nullcontext()
+
+
+def _disk_refuses_a_site_file(site: Path) -> contextlib.AbstractContextManager:
+    _edit_good(site)
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return mock.patch("lessonlib.engine.builder.plugin.write_atomically", side_effect=full)  # the figure is first
+
+
+FAILED_BUILDS = {  # what breaks the next build, and what its output says (the error's own words: test_engine_setup)
+    "a broken link": (_strict("\nSee [the missing page](missing.md).\n"), "in strict mode"),
+    "raw TeX": (_strict("\nHalf is \\frac{1}{2} here.\n"), "in strict mode"),
+    "a failing page": (_failing_page, "docs/bad.md:2: RuntimeError: no"),
+    "a bad option": (_bad_option, "mkdocs.yml, lessonlib option timeout: "),
+    "a site file the disk refuses": (_disk_refuses_a_site_file,
+                                     "cannot write good/figure-"),
 }
 
 
-@pytest.mark.parametrize("failure", STRICT_FAILURES)
-def test_a_strict_warning_after_the_pages_ran_leaves_the_site_as_it_was(tmp_path, failure, build):
+@pytest.mark.parametrize("failure", FAILED_BUILDS)
+def test_a_failed_build_leaves_the_previous_site_as_it_was(tmp_path, failure, build):
+    """Whatever fails the build, before its pages run, as they run or after: site/ is byte for
+    byte the previous one. (A kill and a page edited meanwhile: below; a full cache: test_engine_setup.)"""
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
     assert build(site).returncode == 0
     before = tree(site / "site")
-    (site / "docs/good.md").write_text(GOOD.replace("hello from", "changed words from") + STRICT_FAILURES[failure])
-
-    result = build(site)
-    assert result.returncode != 0 and "in strict mode" in result.stdout, result.stderr
+    breaking, says = FAILED_BUILDS[failure]
+    with breaking(site):
+        result = build(site)
+    assert result.returncode != 0 and says in result.stdout + result.stderr, result.stdout + result.stderr
     assert tree(site / "site") == before
     left = [p.name for p in site.glob(".site.*")]
     assert left == [".site.lock"], f"the failed build's staging folder and its lock are removed: {left}"
