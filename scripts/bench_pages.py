@@ -41,8 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from page_runs import ROOT, compare, seconds_per_page  # noqa: E402
 
-LESSONS = ("docs/lessons/recurrent-networks.md", "docs/lessons/gates-and-attention.md", "docs/lessons/transformer.md",
-           "docs/lessons/sequence-models.md", "docs/lessons/language-model.md", "docs/lessons/recurrence-returns.md")
+LESSONS = ("docs/lessons/recurrent-networks.md", "docs/lessons/gates-and-attention.md",  # mkdocs.yml's nav order
+           "docs/lessons/sequence-models.md", "docs/lessons/transformer.md", "docs/lessons/language-model.md",
+           "docs/lessons/recurrence-returns.md")
 COMPUTED = re.compile(r"(\S+): computed in ([\d.]+) s")
 RAN = re.compile(r"(docs/\S+\.md): ran \d+ blocks in [\d.]+ s")
 SWITCHES = ("LESSONLIB_REFRESH", "LESSONLIB_EXECUTE", "LESSONLIB_WORKERS", "LESSONLIB_DEVICE", "LESSONLIB_CACHE_DIR")
