@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import random
 import re
 
 import nbformat
-import numpy as np
 import pytest
 from fixture_sites import GOOD, build_process, make_site
+from fresh_process import output_of
 
 from lessonlib.engine.builder import plugin
 from lessonlib.engine.builder.cache import PageCache
@@ -19,7 +18,6 @@ from lessonlib.engine.builder.plugin import STYLESHEET, STYLESHEET_URI
 from lessonlib.engine.builder.pool import GUARD, Task, template_modules
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import SetupError
-from lessonlib.engine.worker.session import start_page
 
 PUBLISHING = ("cache_dir: .cache\n", "cache_dir: .cache\n      publish_package: true\n")
 
@@ -102,16 +100,28 @@ def test_the_stamp_names_torch_and_the_device_only_for_a_page_that_used_torch():
     assert "torch" not in unused and "device" not in unused and "seed 0, code hash <code>0123456789ab</code>" in unused
 
 
-def test_start_page_seeds_random_and_numpy_and_leaves_torch_alone_where_it_is_not_installed(monkeypatch):
-    import torch
+def test_start_page_seeds_random_and_numpy_where_torch_is_not_installed():
+    script = NO_TORCH + """
+import random, numpy
+from lessonlib.engine.worker.session import start_page
+start_page(5)
+print(random.random() == random.Random(5).random(), numpy.random.random() == numpy.random.RandomState(5).random_sample())
+"""
+    assert output_of(script).split() == ["True", "True"]
 
-    find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
-    for name in ("set_num_threads", "manual_seed", "set_flush_denormal"):
-        monkeypatch.setattr(torch, name, lambda *a, name=name: pytest.fail(f"torch.{name} called"))
-    start_page(5)
-    assert random.random() == random.Random(5).random()
-    assert np.random.random() == np.random.RandomState(5).random_sample()
+
+def test_start_page_sets_torch_up_as_a_page_imports_it_and_never_imports_it_itself():
+    script = """
+import sys
+from lessonlib.engine.worker.session import start_page
+start_page(5)
+print("torch" in sys.modules)
+import torch
+drawn = torch.rand(3)
+torch.manual_seed(5)
+print(torch.equal(drawn, torch.rand(3)), torch.get_num_threads())
+"""
+    assert output_of(script).split() == ["False", "True", "1"]  # a fresh interpreter: torch not yet loaded
 
 
 def test_the_page_template_imports_the_guard_then_the_preloaded_modules_that_are_installed(monkeypatch):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import doctest
+import importlib.abc
 import importlib.util
 import io
 import linecache
@@ -15,6 +16,9 @@ import random
 import re
 import sys
 import traceback
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from lessonlib.engine.config import SEED
 from lessonlib.engine.worker import page_files, svg
@@ -32,24 +36,51 @@ DOCTEST_FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 def start_page(seed: int = SEED) -> None:
     """The state every page starts from: the same seed in random, and the house figure style;
     where they are installed, the same seed in NumPy, and in torch subnormal floats flushed to
-    zero, one thread and the same seed too (a site without them needs none). Exported notebooks
-    call it in their first cell.
+    zero, one thread and the same seed too. Exported notebooks call it in their first cell.
 
+    NumPy and torch are set up as they are imported, or now if they are loaded already: a page
+    that never imports torch never pays for it (about a second), and its stamp names no torch.
     Subnormals first, before any thread exists, so that every thread torch starts inherits it
     (lessonlib.device.flush_subnormals says why). One thread, because a sum split over two
     threads can round differently from one over one (the lessons' models are tiny)."""
-    if importlib.util.find_spec("torch") is not None:  # imported here: a page that never uses torch never names it
-        import torch
-
-        torch.set_flush_denormal(True)
-        torch.set_num_threads(1)
-        torch.manual_seed(seed)
     random.seed(seed)
-    if importlib.util.find_spec("numpy") is not None:
-        import numpy
-
-        numpy.random.seed(seed)
+    when_imported("numpy", lambda numpy: numpy.random.seed(seed))
+    when_imported("torch", lambda torch: (torch.set_flush_denormal(True), torch.set_num_threads(1),
+                                          torch.manual_seed(seed)))
     svg.reset()
+
+
+def when_imported(name: str, start: Callable[[types.ModuleType], object]) -> None:
+    """start(module) now if the top-level module `name` is loaded, else right after its first
+    import; never if it is not installed."""
+    if sys.modules.get(name) is not None:
+        start(sys.modules[name])
+    elif importlib.util.find_spec(name) is not None:  # None also where sys.modules holds None: import fails
+        sys.meta_path.insert(0, _AfterImport(name, start))
+
+
+@dataclass
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds `name` as the finders after it would, and runs `start` on the module once it has loaded."""
+
+    name: str
+    start: Callable[[types.ModuleType], object]
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)  # once: and the real finders find it below
+        spec = importlib.util.find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        load = spec.loader.exec_module
+
+        def exec_module(module: types.ModuleType) -> None:
+            load(module)
+            self.start(module)
+
+        spec.loader.exec_module = exec_module  # this spec's own loader
+        return spec
 
 
 class Session:
