@@ -285,8 +285,6 @@ def test_every_dependency_is_pinned_to_the_version_installed():
     assert {name: (pin, installed.get(name)) for name, pin in pins.items() if installed.get(name) != pin} == {}
 
 
-@pytest.mark.xfail(strict=True, reason="torch requires setuptools, which constraints.txt does not pin: a fresh .venv "
-                                       "takes the newest (strict: pinning it makes this pass, then drop the mark)")
 def test_every_package_a_dependency_brings_is_pinned():
     pins, unpinned, todo, seen = _pins(), set(), _requirements(), set()
     while todo:
