@@ -3,20 +3,24 @@
 Lesson code uses ``lessonlib.device()``, ``lessonlib.memo``, ``lessonlib.progress``,
 ``lessonlib.figure_data`` (a figure's numbers, offered as a table), ``lessonlib.claim`` (an
 assert's message that quotes the sentence it checks), ``lessonlib.scratch()`` (the page's own
-folder for files it makes) and ``lessonlib.publish`` (a file published beside the page); a downloaded notebook starts
+folder for files it makes) and ``lessonlib.publish`` (a file published beside the page), and ``lessonlib.exploration``
+(a figure the reader drives); a downloaded notebook starts
 with ``lessonlib.start_page()``, the state every page starts from. None of
 them imports torch until it is used, so the build process, which only renders the pages that
 come from the cache, never imports torch.
 """
 from __future__ import annotations
 
-from lessonlib import device  # callable: lessonlib.device() is the device; lessonlib.device.cpus() too
+import importlib
+
 from lessonlib.progress import progress
 
 __all__ = ["claim", "device", "figure_data", "memo", "memoized", "progress", "publish", "scratch", "start_page"]
 
 
 def __getattr__(name: str):
+    if name == "device":  # the course's torch policy (lessonlib.device() is the device): the engine never imports it
+        return importlib.import_module("lessonlib.device")
     if name == "claim":
         from lessonlib.engine.worker.claims import claim
 

@@ -147,3 +147,20 @@ def test_the_template_preloads_the_preload_option_else_what_the_pages_imported_w
 def test_a_preload_that_names_no_module_stops_the_build_in_one_line(tmp_path, value):
     with pytest.raises(SetupError, match=r"^preload: .* is not a module's name"):
         Settings(root=tmp_path, preload=tuple(value))
+
+
+ENGINE_MODULES = {"engine", "progress", "exploration", "__main__"}  # the rest of lessonlib is the course's
+
+
+def test_the_engine_imports_none_of_the_course():
+    script = f"""
+import pkgutil, sys
+import lessonlib
+import lessonlib.__main__, lessonlib.exploration
+import lessonlib.engine.builder.plugin, lessonlib.engine.builder.pytest_plugin
+import lessonlib.engine.worker.process, lessonlib.engine.worker.session
+course = tuple("lessonlib." + m.name for m in pkgutil.iter_modules(lessonlib.__path__) if m.name not in {ENGINE_MODULES!r})
+print(sorted(name for name in sys.modules if name.startswith(course)) or "none", len(course))
+"""
+    loaded, count = output_of(script).split()
+    assert loaded == "none" and int(count) >= 6, (loaded, count)  # device, models, experiments ... are the course
