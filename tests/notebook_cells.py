@@ -45,14 +45,14 @@ def solution_code(nb: nbformat.NotebookNode, summary: str = "Solution") -> str:
 
 def solved(path: Path, parts: dict[str, str], replace: dict[str, tuple[str, str]] | None = None
            ) -> nbformat.NotebookNode:
-    """The notebook with each cell tagged in `parts` filled with its collapsed "Solution: {part}";
-    `replace` edits one part's solution: {tag: (old, new)}."""
+    """The notebook with each cell tagged in `parts` filled with the code of its collapsed solution,
+    `parts` giving the solution's <summary>; `replace` edits one part's solution: {tag: (old, new)}."""
     nb = load(path)
-    for tag, part in parts.items():
-        code = solution_code(nb, f"Solution: {part}")
+    for tag, summary in parts.items():
+        code = solution_code(nb, summary)
         if replace and tag in replace:
             old, new = replace[tag]
-            assert old in code, f"{old!r} is not in the solution of {part}"
+            assert old in code, f"{old!r} is not in the {summary}"
             code = code.replace(old, new)
         tagged(nb, tag).source = code
     return nb

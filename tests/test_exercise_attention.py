@@ -1,87 +1,45 @@
-"""The exercise notebook docs/lessons/exercise-attention.ipynb, executed as a reader would run it.
+"""The exercise notebook docs/lessons/exercise-attention.ipynb: what it alone shows and checks.
 
-With the published solution pasted into the reader's cell, the notebook must run from top to
-bottom and show the accuracy gain; with a wrong answer, its checker cell must stop and say what
-is wrong. The checker's messages for common mistakes are tested directly as well.
+The contract every exercise notebook keeps (published clean, the solved notebook runs and passes
+every checker, a listed mistake stops at its checker: the table in tests/exercise_notebooks.py)
+is tested in tests/test_exercise_notebooks.py. Here: the solved notebook shows the accuracy gain
+and question 3's answer, and the checker's messages for common mistakes are tested directly (part
+two's, the padding mask's, in tests/test_exercise_padding.py).
 """
 from __future__ import annotations
 
 import math
 import re
-import sys
-from pathlib import Path
 from types import SimpleNamespace
 
-import nbformat
 import notebook_cells
 import pytest
 import torch
-from nbclient.exceptions import CellExecutionError
+from exercise_checkers import assert_accepts, assert_names_the_mistake, mistakes
+from exercise_notebooks import EXERCISES, solved_run
 from notebook_cells import solution_code, tagged, text
 
 from lessonlib.exercises import attention as exercise
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-attention.ipynb"
+EXERCISE = EXERCISES["attention"]
 
 
-def load() -> nbformat.NotebookNode:
-    return notebook_cells.load(NOTEBOOK)
+# ----------------------------------------------------------------------------- the solved notebook
 
-
-def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    return notebook_cells.execute(nb, NOTEBOOK.parent)
-
-
-# ----------------------------------------------------------------------------- the notebook as published
-
-def test_notebook_is_published_clean():
-    """No stored outputs (the reader runs it), the stub unsolved, the solution only collapsed."""
-    nb = load()
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            assert not cell.outputs and cell.execution_count is None, "clear the notebook's outputs"
-    assert "raise NotImplementedError" in tagged(nb, "exercise").source
-    assert "<details><summary>Solution</summary>" in "".join(c.source for c in nb.cells)
-    assert nb.metadata.kernelspec.name == "python3"
-
-
-def test_solution_passes_and_attention_wins(exercise_memo):
-    nb = load()
-    tagged(nb, "exercise").source = solution_code(nb)
-    tagged(nb, "exercise-mask").source = solution_code(nb, "Solution, part 2")
-    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
-    execute(nb)
-    assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
+def test_solution_passes_and_attention_wins(exercise_memo, tmp_path_factory):
+    nb = solved_run(EXERCISE, tmp_path_factory)
     assert "✓ attend() matches the reference" in text(tagged(nb, "check"))
     report = "".join(text(c) for c in nb.cells)
     gain = re.search(r"at length (\d+) your attention adds ([+-]\d+)% exact-match accuracy", report)
     assert gain, report
     assert int(gain.group(2)) >= 20, f"attention should clearly win at the longest length:\n{report}"
-    assert text(tagged(nb, "check-learned")).startswith("✓"), text(tagged(nb, "check-learned"))
     assert "✓ attend() with a mask matches the reference" in text(tagged(nb, "check-mask"))
-    assert "✗" not in report and report.count("✓ expected:") == 4, report  # the solution meets every expectation
+    assert report.count("✓ expected:") == 4, report  # the solution meets every expectation
     # question 3's answer: without the mask, far more of the long strings' answers change
     changed = {int(n): int(c) for n, c in
                re.findall(r"^\s*(\d+)\s+\d+%\s+\d+%\s+\d+%\s+(\d+)%\s*$", report, re.M)}
     assert len(changed) == 5, report
     assert changed[max(changed)] >= changed[min(changed)] + 20, changed
-
-
-def test_unsolved_notebook_stops_at_the_checker():
-    nb = load()
-    with pytest.raises(CellExecutionError) as info:
-        execute(nb)
-    assert info.value.ename == "AttentionCheckError"
-    assert "still the stub" in str(info.value)
-
-
-def test_wrong_softmax_axis_stops_at_the_checker_with_its_reason():
-    nb = load()
-    tagged(nb, "exercise").source = solution_code(nb).replace("softmax(dim=-1)", "softmax(dim=1)")
-    with pytest.raises(CellExecutionError) as info:
-        execute(nb)
-    assert info.value.ename == "AttentionCheckError"
-    assert "softmax with dim=-1" in str(info.value)
 
 
 # ----------------------------------------------------------------------------- the checker
@@ -94,7 +52,7 @@ def reference(q, k):
 
 def solution(q, k):
     namespace: dict = {}
-    exec(solution_code(load()), namespace)
+    exec(solution_code(notebook_cells.load(EXERCISE.path)), namespace)
     return namespace["attend"](q, k)
 
 
@@ -128,18 +86,15 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name", WRONG)
-def test_checker_names_the_mistake(name):
-    wrong, expected = WRONG[name]
-    problem = exercise.diagnose(wrong)
-    assert problem is not None and expected in problem, problem
+@pytest.mark.parametrize("diagnose, wrong, expected", mistakes(
+    attend=(exercise.diagnose, WRONG)))
+def test_each_checker_names_each_listed_mistake(diagnose, wrong, expected):
+    assert_names_the_mistake(diagnose, wrong, expected)
 
 
 @pytest.mark.parametrize("attend", [reference, solution], ids=["reference", "published solution"])
 def test_checker_accepts_correct_answers(attend, capsys):
-    assert exercise.diagnose(attend) is None
-    exercise.check(attend)
-    assert "✓" in capsys.readouterr().out
+    assert_accepts(exercise.diagnose, exercise.check, attend, capsys)
 
 
 def test_check_raises_with_plain_message():

@@ -1,57 +1,41 @@
-"""The exercise notebook docs/lessons/exercise-language-model.ipynb, executed as a reader would run it.
+"""The exercise notebook docs/lessons/exercise-language-model.ipynb: what it alone shows and checks.
 
-With the published solutions pasted into the reader's cells, the notebook must run from top to
-bottom, the loss must fall and the samples must behave as the text says (greedy repeats itself,
-top-k keeps to likely characters); with a wrong answer, the checker cell after it must stop and
-name the mistake. The checker's messages are tested directly as well.
+The contract every exercise notebook keeps (published clean, the solved notebook runs and passes
+every checker, a listed mistake stops at its checker: the table in tests/exercise_notebooks.py)
+is tested in tests/test_exercise_notebooks.py. Here: in the solved notebook the loss falls and the
+samples behave as the text says (greedy repeats itself, top-k keeps to likely characters), and
+the checkers' messages, tested directly.
 """
 from __future__ import annotations
 
 import math
 import re
-import sys
-from pathlib import Path
 
-import nbformat
-import notebook_cells
 import pytest
 import torch
-from nbclient.exceptions import CellExecutionError
+from exercise_checkers import assert_names_the_mistake, mistakes
+from exercise_notebooks import EXERCISES, solved_run
 from notebook_cells import tagged, text
 from torch.nn import functional as F
 
 from lessonlib.exercises import language_model as exercise
 from lessonlib.experiments import language_model as lm
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-language-model.ipynb"
-PARTS = {"exercise-sample": "sample", "exercise-train-chunk": "train_chunk"}
-
-
-def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
-    return notebook_cells.solved(NOTEBOOK, PARTS, replace)
+EXERCISE = EXERCISES["language-model"]
 
 
 def solution_functions() -> dict:
     ns: dict = {"torch": torch, "F": F}
-    nb = solved()
-    for tag in PARTS:
+    nb = EXERCISE.solved()
+    for tag in EXERCISE.parts:
         exec(tagged(nb, tag).source, ns)
     return ns
 
 
 # ----------------------------------------------------------------------------- the notebook as published
 
-def test_notebook_is_published_clean():
-    notebook_cells.assert_published_clean(notebook_cells.load(NOTEBOOK), list(PARTS))
-
-
-def test_solution_runs_learns_and_writes(exercise_memo):
-    nb = solved()
-    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
-    notebook_cells.execute(nb, NOTEBOOK.parent, timeout=600)
-    assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
-    for tag in ("check-sample", "check-train-chunk", "check-learned"):
-        assert text(tagged(nb, tag)).startswith("✓"), (tag, text(tagged(nb, tag)))
+def test_solution_learns_and_writes(exercise_memo, tmp_path_factory):
+    nb = solved_run(EXERCISE, tmp_path_factory)
     report = "".join(text(c) for c in nb.cells)
     losses = [float(b) for b in re.findall(r"step +\d+: ([\d.]+) bits per character", report)]
     assert len(losses) == 4 and losses[-1] < losses[0] - 2, report
@@ -60,32 +44,6 @@ def test_solution_runs_learns_and_writes(exercise_memo):
     greedy = samples["0"][len("Ham.\n"):]
     assert len(set(greedy[-60:])) < len(set(samples["1.5"][-60:])), "greedy text uses fewer characters"
     assert samples["0"].startswith("Ham.\n")
-
-
-def test_unsolved_notebook_stops_at_the_first_checker():
-    with pytest.raises(CellExecutionError) as info:
-        notebook_cells.execute(notebook_cells.load(NOTEBOOK), NOTEBOOK.parent)
-    assert info.value.ename == "LanguageModelCheckError"
-    assert "sample() is still the stub" in str(info.value)
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    with notebook_cells.kernel(NOTEBOOK.parent) as run:
-        yield run
-
-
-@pytest.mark.parametrize("tag, edit, expected", [
-    ("exercise-sample", ("logits = logits / temperature", "logits = logits * temperature"), "works backwards"),
-    ("exercise-sample", ("logits < kth", "logits <= kth"), "off-by-one"),
-    ("exercise-train-chunk", ("state = tuple(s.detach() for s in state) if isinstance(state, tuple) else state.detach()",
-                              "state = state"), "still attached"),
-])
-def test_a_listed_mistake_stops_the_notebook_at_its_checker(kernel, tag, edit, expected):
-    with pytest.raises(CellExecutionError) as info:
-        kernel(solved({tag: edit}))
-    assert info.value.ename == "LanguageModelCheckError"
-    assert expected in str(info.value)
 
 
 # ----------------------------------------------------------------------------- the checker: sampling
@@ -129,13 +87,6 @@ SAMPLE_MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("name", SAMPLE_MISTAKES)
-def test_sample_checker_names_the_mistake(name):
-    wrong, expected = SAMPLE_MISTAKES[name]
-    problem = exercise.diagnose_sample(wrong)
-    assert problem is not None and expected in problem, problem
-
-
 # ----------------------------------------------------------------------------- the checker: train_chunk
 
 def chunk_step(detach=True, carry=True, zero_grad=True, step=True, item=True, total=False):
@@ -164,11 +115,11 @@ CHUNK_MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("name", CHUNK_MISTAKES)
-def test_train_chunk_checker_names_the_mistake(name):
-    wrong, expected = CHUNK_MISTAKES[name]
-    problem = exercise.diagnose_train_chunk(wrong)
-    assert problem is not None and expected in problem, problem
+@pytest.mark.parametrize("diagnose, wrong, expected", mistakes(
+    sample=(exercise.diagnose_sample, SAMPLE_MISTAKES),
+    train_chunk=(exercise.diagnose_train_chunk, CHUNK_MISTAKES)))
+def test_each_checker_names_each_listed_mistake(diagnose, wrong, expected):
+    assert_names_the_mistake(diagnose, wrong, expected)
 
 
 def test_the_backward_error_of_an_undetached_state_is_named():

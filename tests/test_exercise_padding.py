@@ -1,24 +1,25 @@
-"""Part two of the exercise notebook: the padding mask, its checker and the notebook cells.
+"""Part two of the attention exercise notebook: the padding mask and its checker.
 
-The checker must accept every correct masked attention and name each classic slip; the notebook,
-given a mask applied after the softmax, must stop at its checker cell with that reason.
+The checker must accept every correct masked attention and name each classic slip. That the
+notebook, given a mask applied after the softmax (or part two's stub), stops at its checker cell
+with that reason is the contract of every exercise notebook: tests/test_exercise_notebooks.py.
 """
 from __future__ import annotations
 
 import math
 import re
-from pathlib import Path
 
 import nbformat
 import notebook_cells
 import pytest
-from nbclient.exceptions import CellExecutionError
-from notebook_cells import solution_code, tagged
+from exercise_checkers import assert_accepts, assert_names_the_mistake, mistakes
+from exercise_notebooks import EXERCISES
+from notebook_cells import solution_code
 
 from lessonlib.exercises import attention as exercise
 from lessonlib.models.attention import dot_product_attention
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-attention.ipynb"
+NOTEBOOK = EXERCISES["attention"].path
 
 
 def part_two_solution(nb: nbformat.NotebookNode) -> str:
@@ -82,53 +83,21 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("name", WRONG)
-def test_mask_checker_names_the_mistake(name):
-    wrong, expected = WRONG[name]
-    problem = exercise.diagnose_mask(wrong)
-    assert problem is not None and expected in problem, problem
+@pytest.mark.parametrize("diagnose, wrong, expected", mistakes(
+    attend_with_mask=(exercise.diagnose_mask, WRONG)))
+def test_each_checker_names_each_listed_mistake(diagnose, wrong, expected):
+    assert_names_the_mistake(diagnose, wrong, expected)
 
 
 @pytest.mark.parametrize("attend", [reference, solution, renormalised_after_softmax, large_negative],
                          ids=["reference", "published solution", "renormalised after softmax", "-1e9"])
 def test_mask_checker_accepts_correct_answers(attend, capsys):
-    assert exercise.diagnose_mask(attend) is None
-    exercise.check_mask(attend)
-    assert "✓" in capsys.readouterr().out
+    assert_accepts(exercise.diagnose_mask, exercise.check_mask, attend, capsys)
 
 
 def test_check_mask_raises_with_plain_message():
     with pytest.raises(exercise.AttentionCheckError, match="after the softmax"):
         exercise.check_mask(after_softmax)
-
-
-def test_notebook_stops_at_the_mask_checker_with_the_reason():
-    # the part-two cells alone (set-up, the reader's attend, its checker): no training needed
-    nb = notebook_cells.load(NOTEBOOK)
-    setup = next(c for c in nb.cells if c.cell_type == "code")
-    wrong = tagged(nb, "exercise-mask")
-    wrong.source = (
-        "def attend(decoder_states, encoder_outputs, mask=None):\n"
-        "    H = decoder_states.shape[-1]\n"
-        "    scores = decoder_states @ encoder_outputs.transpose(-2, -1) / H**0.5\n"
-        "    weights = scores.softmax(dim=-1)\n"
-        "    if mask is not None:\n"
-        "        weights = weights * mask[:, None, :]  # the slip: masked after the softmax\n"
-        "    return weights @ encoder_outputs, weights\n")
-    nb.cells = [setup, wrong, tagged(nb, "check-mask")]
-    with pytest.raises(CellExecutionError) as info:
-        notebook_cells.execute(nb, NOTEBOOK.parent)
-    assert info.value.ename == "AttentionCheckError"
-    assert "after the softmax" in str(info.value)
-
-
-def test_unsolved_part_two_stops_at_its_checker():
-    nb = notebook_cells.load(NOTEBOOK)
-    setup = next(c for c in nb.cells if c.cell_type == "code")
-    nb.cells = [setup, tagged(nb, "exercise-mask"), tagged(nb, "check-mask")]
-    with pytest.raises(CellExecutionError) as info:
-        notebook_cells.execute(nb, NOTEBOOK.parent)
-    assert "still the stub" in str(info.value)
 
 
 def test_published_training_budget_is_what_the_notebook_prints():

@@ -1,59 +1,41 @@
-"""The exercise notebook docs/lessons/exercise-scan.ipynb, executed as a reader would run it.
+"""The exercise notebook docs/lessons/exercise-scan.ipynb: what it alone shows and checks.
 
-With the published solutions pasted into the reader's cells, the notebook must run from top to
-bottom, pass every checker and print the counts its text describes; with a wrong answer, the
-checker cell after it must stop and name the mistake. The checker's messages are tested directly
-as well, one per mistake the notebook's checker names.
+The contract every exercise notebook keeps (published clean, the solved notebook runs and passes
+every checker, a listed mistake stops at its checker: the table in tests/exercise_notebooks.py)
+is tested in tests/test_exercise_notebooks.py. Here: the solved notebook prints the counts its
+text describes, and the checkers' messages are tested directly, one per mistake the notebook's
+checker names.
 """
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import nbformat
-import notebook_cells
 import pytest
 import torch
-from nbclient.exceptions import CellExecutionError
+from exercise_checkers import assert_names_the_mistake, mistakes
+from exercise_notebooks import EXERCISES, solved_run
 from notebook_cells import tagged, text
 
 from lessonlib.exercises import scan as exercise
 from lessonlib.experiments import cost
 from lessonlib.models.scan import scan_cumprod, scan_loop, scan_parallel
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-scan.ipynb"
-PARTS = {"exercise-combine": "combine", "exercise-scan": "scan"}
-
-
-def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
-    return notebook_cells.solved(NOTEBOOK, PARTS, replace)
+EXERCISE = EXERCISES["scan"]
 
 
 def namespace(nb: nbformat.NotebookNode) -> dict:
     """The reader's functions of a notebook's exercise cells, without running the notebook."""
     ns: dict = {"torch": torch}
-    for tag in PARTS:
+    for tag in EXERCISE.parts:
         exec(tagged(nb, tag).source, ns)
     return ns
 
 
 # ----------------------------------------------------------------------------- the notebook as published
 
-def test_notebook_is_published_clean():
-    notebook_cells.assert_published_clean(notebook_cells.load(NOTEBOOK), list(PARTS))
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    with notebook_cells.kernel(NOTEBOOK.parent) as run:
-        yield run
-
-
-def test_solution_passes_every_checker_and_counts_what_the_text_says(kernel):
-    nb = solved()
-    kernel(nb)
-    for tag in ("check-combine", "check-scan", "check-min-gru"):
-        assert text(tagged(nb, tag)).startswith("✓"), (tag, text(tagged(nb, tag)))
+def test_solution_counts_what_the_text_says(exercise_memo, tmp_path_factory):
+    nb = solved_run(EXERCISE, tmp_path_factory)
     table = "".join(text(c) for c in nb.cells if "exercise.counts(scan_loop, T)" in c.source)
     rows = [[int(n.replace(",", "")) for n in line.split()] for line in table.splitlines()[1:]]
     assert [r[0] for r in rows] == [64, 256, 1024, 4096], table
@@ -66,25 +48,6 @@ def test_solution_passes_every_checker_and_counts_what_the_text_says(kernel):
     assert all(1 < r[4] / (3 * r[0] * (math.log2(r[0]) - 1)) < 1.01 for r in rows), table
     claim = next(c.source for c in nb.cells if "four more" in c.source and c.cell_type == "markdown")
     assert "four times as many steps" in claim and "two rounds of two steps" in claim and "3T (log2 T - 1)" in claim
-
-
-def test_unsolved_notebook_stops_at_the_first_checker():
-    with pytest.raises(CellExecutionError) as info:
-        notebook_cells.execute(notebook_cells.load(NOTEBOOK), NOTEBOOK.parent)
-    assert info.value.ename == "ScanCheckError"
-    assert "combine() is still the stub" in str(info.value)
-
-
-@pytest.mark.parametrize("tag, edit, expected", [
-    ("exercise-combine", ("A2 * B1 + B2", "A1 * B2 + B1"), "wrong order"),
-    ("exercise-scan", ("a[:, :1] * h0.unsqueeze(1) + b[:, :1]", "b[:, :1]"), "h0 is ignored"),
-    ("exercise-scan", ("while d < a.shape[1]:", "while 2 * d < a.shape[1]:"), "one round short"),
-])
-def test_a_listed_mistake_stops_the_notebook_at_its_checker(kernel, tag, edit, expected):
-    with pytest.raises(CellExecutionError) as info:
-        kernel(solved({tag: edit}))
-    assert info.value.ename == "ScanCheckError"
-    assert expected in str(info.value)
 
 
 # ----------------------------------------------------------------------------- the checker
@@ -148,22 +111,15 @@ SCAN_MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("name", COMBINE_MISTAKES)
-def test_combine_checker_names_the_mistake(name):
-    wrong, expected = COMBINE_MISTAKES[name]
-    problem = exercise.diagnose_combine(wrong)
-    assert problem is not None and expected in problem, problem
-
-
-@pytest.mark.parametrize("name", SCAN_MISTAKES)
-def test_scan_checker_names_the_mistake(name):
-    wrong, expected = SCAN_MISTAKES[name]
-    problem = exercise.diagnose_scan(wrong)
-    assert problem is not None and expected in problem, problem
+@pytest.mark.parametrize("diagnose, wrong, expected", mistakes(
+    combine=(exercise.diagnose_combine, COMBINE_MISTAKES),
+    scan=(exercise.diagnose_scan, SCAN_MISTAKES)))
+def test_each_checker_names_each_listed_mistake(diagnose, wrong, expected):
+    assert_names_the_mistake(diagnose, wrong, expected)
 
 
 def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
-    ns = namespace(solved())
+    ns = namespace(EXERCISE.solved())
     assert exercise.diagnose_combine(combine) is None and exercise.diagnose_combine(ns["combine"]) is None
     for scan in (hillis_steele(), scan_parallel, ns["scan"]):
         assert exercise.diagnose_scan(scan) is None

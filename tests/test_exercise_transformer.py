@@ -1,64 +1,41 @@
-"""The exercise notebook docs/lessons/exercise-transformer.ipynb, executed as a reader would run it.
+"""The exercise notebook docs/lessons/exercise-transformer.ipynb: what it alone shows and checks.
 
-With the published solutions pasted into the reader's cells, the notebook must run from top to
-bottom and show the leak (lower training loss, worse ciphertexts without the mask); with a
-wrong answer, the checker cell after it must stop and name the mistake. The checker's messages
-are tested directly as well.
+The contract every exercise notebook keeps (published clean, the solved notebook runs and passes
+every checker, a listed mistake stops at its checker: the table in tests/exercise_notebooks.py)
+is tested in tests/test_exercise_notebooks.py. Here: the solved notebook shows the leak (lower
+training loss, worse ciphertexts without the mask), its figure's key, and the checkers' messages,
+tested directly.
 """
 from __future__ import annotations
 
 import math
 import re
-import sys
-from pathlib import Path
 
 import nbformat
 import notebook_cells
 import pytest
 import torch
-from nbclient.exceptions import CellExecutionError
+from exercise_checkers import assert_names_the_mistake, mistakes
+from exercise_notebooks import EXERCISES, solved_run
 from notebook_cells import tagged, text
 
 from lessonlib.exercises import transformer as exercise
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "lessons" / "exercise-transformer.ipynb"
-PARTS = {"exercise-mask": "causal_mask", "exercise-attention": "masked_attention",
-         "exercise-heads": "split_heads and merge_heads"}
-
-
-def load() -> nbformat.NotebookNode:
-    return notebook_cells.load(NOTEBOOK)
-
-
-def solved(replace: dict[str, tuple[str, str]] | None = None) -> nbformat.NotebookNode:
-    return notebook_cells.solved(NOTEBOOK, PARTS, replace)
-
-
-def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    return notebook_cells.execute(nb, NOTEBOOK.parent)
+EXERCISE = EXERCISES["transformer"]
 
 
 def namespace(nb: nbformat.NotebookNode) -> exercise.Parts:
     """The four functions of a notebook's exercise cells, without running the notebook."""
     ns: dict = {"torch": torch}
-    for tag in PARTS:
+    for tag in EXERCISE.parts:
         exec(tagged(nb, tag).source, ns)
     return exercise.Parts(ns["causal_mask"], ns["masked_attention"], ns["split_heads"], ns["merge_heads"])
 
 
 # ----------------------------------------------------------------------------- the notebook as published
 
-def test_notebook_is_published_clean():
-    notebook_cells.assert_published_clean(load(), list(PARTS))
-
-
-def test_solution_runs_and_shows_the_leak(exercise_memo):
-    nb = solved()
-    nb.cells.insert(0, nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
-    execute(nb)
-    assert text(nb.cells[0]).strip() == sys.executable, "the kernel must be this venv's python"
-    for tag in ("check-mask", "check-attention", "check-heads", "check-assembled", "check-learned"):
-        assert text(tagged(nb, tag)).startswith("✓"), (tag, text(tagged(nb, tag)))
+def test_solution_shows_the_leak(exercise_memo, tmp_path_factory):
+    nb = solved_run(EXERCISE, tmp_path_factory)
     report = "".join(text(c) for c in nb.cells)
     rows = {m.group(1): (float(m.group(2)), int(m.group(3))) for m in re.finditer(
         r"(with(?:out)? the mask): training loss ([\d.]+), .*?ciphertexts written right (\d+)%", report)}
@@ -71,7 +48,7 @@ def test_solution_runs_and_shows_the_leak(exercise_memo):
 def test_head_map_sequence_has_the_key_the_text_names():
     """The heads' figure needs a key other than 0, or the ciphertext equals the plaintext and no
     shift shows; the text before it names the key."""
-    nb = load()
+    nb = notebook_cells.load(EXERCISE.path)
     (cell,) = [c for c in nb.cells if c.cell_type == "code" and "sample = caesar.held_out(" in c.source]
     line = next(l for l in cell.source.splitlines() if l.startswith("sample = "))
     sample = eval(line.split("=", 1)[1].split("#")[0], {"caesar": exercise.caesar})
@@ -80,33 +57,6 @@ def test_head_map_sequence_has_the_key_the_text_names():
     assert key != 0 and (sample[0, n + 2:] != sample[0, 1:n + 1]).all()
     before = nb.cells[nb.cells.index(cell) - 1].source
     assert f"The sequence's key is {key}," in before and f"plus {key} (mod 10)" in before
-
-
-def test_unsolved_notebook_stops_at_the_first_checker():
-    with pytest.raises(CellExecutionError) as info:
-        execute(load())
-    assert info.value.ename == "AttentionCheckError"
-    assert "causal_mask() is still the stub" in str(info.value)
-
-
-@pytest.fixture(scope="module")
-def kernel():
-    with notebook_cells.kernel(NOTEBOOK.parent) as run:
-        yield run
-
-
-@pytest.mark.parametrize("tag, edit, expected", [
-    ("exercise-mask", (".tril()", ".tril(-1)"), "hides the diagonal"),
-    ("exercise-attention", ('''    scores = scores.masked_fill(~mask, float("-inf"))       # hidden keys: exp(-inf) = 0
-    weights = scores.softmax(dim=-1)                        # over the keys''',
-                            '''    weights = scores.softmax(dim=-1) * mask'''), "after the softmax"),
-    ("exercise-heads", ("x.transpose(1, 2).reshape", "x.permute(0, 2, 3, 1).reshape"), "merge_heads is transposed"),
-])
-def test_a_listed_mistake_stops_the_notebook_at_its_checker(kernel, tag, edit, expected):
-    with pytest.raises(CellExecutionError) as info:
-        kernel(solved({tag: edit}))
-    assert info.value.ename == "AttentionCheckError"
-    assert expected in str(info.value)
 
 
 # ----------------------------------------------------------------------------- the checker
@@ -174,29 +124,16 @@ HEADS_MISTAKES = {
 }
 
 
-@pytest.mark.parametrize("name", MASK_MISTAKES)
-def test_mask_checker_names_the_mistake(name):
-    wrong, expected = MASK_MISTAKES[name]
-    problem = exercise.diagnose_mask(wrong)
-    assert problem is not None and expected in problem, problem
-
-
-@pytest.mark.parametrize("name", ATTENTION_MISTAKES)
-def test_attention_checker_names_the_mistake(name):
-    wrong, expected = ATTENTION_MISTAKES[name]
-    problem = exercise.diagnose_attention(wrong)
-    assert problem is not None and expected in problem, problem
-
-
-@pytest.mark.parametrize("name", HEADS_MISTAKES)
-def test_heads_checker_names_the_mistake(name):
-    (split_fn, merge_fn), expected = HEADS_MISTAKES[name]
-    problem = exercise.diagnose_heads(split_fn, merge_fn)
-    assert problem is not None and expected in problem, problem
+@pytest.mark.parametrize("diagnose, wrong, expected", mistakes(
+    causal_mask=(exercise.diagnose_mask, MASK_MISTAKES),
+    masked_attention=(exercise.diagnose_attention, ATTENTION_MISTAKES),
+    heads=(lambda pair: exercise.diagnose_heads(*pair), HEADS_MISTAKES)))
+def test_each_checker_names_each_listed_mistake(diagnose, wrong, expected):
+    assert_names_the_mistake(diagnose, wrong, expected)
 
 
 def test_checkers_accept_the_reference_and_the_published_solutions(capsys):
-    for parts in (exercise.REFERENCE, namespace(solved())):
+    for parts in (exercise.REFERENCE, namespace(EXERCISE.solved())):
         assert exercise.diagnose_mask(parts.causal_mask) is None
         assert exercise.diagnose_attention(parts.masked_attention) is None
         assert exercise.diagnose_heads(parts.split_heads, parts.merge_heads) is None
