@@ -70,6 +70,7 @@ class Settings:
     scheduler: str | None = None  # a Dask scheduler (tcp://host:8786) to run pages on; None: this machine's cores
     preload: tuple[str, ...] | None = None  # modules the pages' template imports; None: those pages imported before
     publish_extras: tuple[str, ...] = ()  # the extras of the site's wheel its notebooks install (publish_package)
+    checked_pages: tuple[str, ...] = ()  # glob patterns (lessons/*) of the pages held to the house rules (pytest)
 
     def __post_init__(self) -> None:
         """Raises SetupError, naming the option, for a value out of range."""
@@ -101,6 +102,7 @@ class Settings:
             if not isinstance(extra, str) or not _EXTRA.fullmatch(extra):
                 raise SetupError(f"publish_extras: {extra!r} is not the name of a package's extra (course, test ...)")
         checked["publish_extras"] = tuple(self.publish_extras)
+        checked["checked_pages"] = page_patterns("checked_pages", self.checked_pages)
         for name, value in checked.items():
             object.__setattr__(self, name, value)
 
@@ -151,6 +153,17 @@ def module_name(source: str, name: object) -> str:
     if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
         raise SetupError(f"{source}: {name!r} is not a module's name (numpy, matplotlib.pyplot ...)")
     return name
+
+
+def page_patterns(source: str, patterns: object) -> tuple[str, ...]:
+    """The glob patterns, if they are a list of them (strings, not empty); else a SetupError naming `source`."""
+    if not isinstance(patterns, (list, tuple)):
+        raise SetupError(f"{source}: {patterns!r} is not a list of glob patterns of pages (like [lessons/*, index.md])")
+    for pattern in patterns:
+        if not isinstance(pattern, str) or not pattern.strip():
+            raise SetupError(f"{source}: {pattern!r} is not a glob pattern of pages, relative to docs/ (lessons/*, "
+                             "index.md ...)")
+    return tuple(patterns)
 
 
 def _own_folder(source: str, cache_dir: Path, root: Path) -> None:
@@ -229,6 +242,12 @@ def _lesson_config() -> type:
         """A Dask scheduler's address (tcp://host:8786): pages run on its workers, which see
         the project and the cache folder at the same paths; unset: on this machine
         (LESSONLIB_SCHEDULER overrides it)."""
+        checked_pages = c.Type(object, default=[])  # any value: Settings checks it, in the line every door prints
+        """Pages held to the house rules, as glob patterns relative to the docs folder
+        (`[lessons/*]`): under pytest, each such page that runs code gets two more tests, that
+        every number in its prose comes from code the reader can see (no numeral typed by hand,
+        no value a hidden block computed) and that every claim-like sentence is quoted by the
+        check that backs it (`python -m lessonlib check` lists both); empty: no page."""
 
     return LessonConfig
 
@@ -253,7 +272,7 @@ def settings_from(config, root: Path, config_name: str = "mkdocs.yml") -> Settin
                             output_limit_kb=config.output_limit_kb, cache_limit_mb=config.cache_limit_mb,
                             publish_limit_mb=config.publish_limit_mb, scheduler=config.scheduler,
                             preload=None if config.preload is None else tuple(config.preload),
-                            publish_extras=tuple(config.publish_extras))
+                            publish_extras=tuple(config.publish_extras), checked_pages=config.checked_pages)
     except SetupError as e:
         raise SetupError(f"{config_name}, lessonlib option {e}") from None
     return settings.with_build_environment()

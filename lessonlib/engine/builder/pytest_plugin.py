@@ -1,7 +1,9 @@
 """The pytest door: every page under docs/ with exec or pycon blocks is one test item, and
-every lesson page (docs/lessons/) gets two more: every number in its prose comes from code the
-reader can see (no numeral typed by hand, no value a hidden block computed), and every claim-like
-sentence is bound to the check that quotes it (`python -m lessonlib check`).
+every page the option `checked_pages` names (glob patterns relative to docs/, none by default)
+gets two more, the house rules: every number in its prose comes from code the reader can see (no
+numeral typed by hand, no value a hidden block computed), and every claim-like sentence is bound
+to the check that quotes it (`python -m lessonlib check`). The settings are read from mkdocs.yml
+once a session; a bad one stops the collection in one line, before any page runs.
 
 Each item goes through the build's executor: its page runs in a worker process of its own,
 unless the cache holds a result whose every recorded input is unchanged (a fresh clone, as in
@@ -12,6 +14,7 @@ for it instead of running it twice. With pytest-xdist, pages run side by side.
 from __future__ import annotations
 
 from dataclasses import replace
+from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
@@ -19,9 +22,25 @@ import pytest
 from lessonlib.engine.builder.claims import binding
 from lessonlib.engine.builder.numerals import hand_typed_numerals, hidden_values
 from lessonlib.engine.builder.page import execute_page
-from lessonlib.engine.config import load_settings
+from lessonlib.engine.config import Settings, load_settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError, SetupError
+
+_SETTINGS = pytest.StashKey["Settings | SetupError"]()
+
+
+def session_settings(config: pytest.Config) -> Settings:
+    """The settings of the project's mkdocs.yml (at the rootdir), read once a session (a bad
+    one is raised again, the same SetupError, for each page that asks)."""
+    if _SETTINGS not in config.stash:
+        try:
+            config.stash[_SETTINGS] = load_settings(Path(config.rootpath) / "mkdocs.yml")
+        except SetupError as e:
+            config.stash[_SETTINGS] = e
+    settings = config.stash[_SETTINGS]
+    if isinstance(settings, SetupError):
+        raise settings
+    return settings
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
@@ -35,10 +54,15 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 
 class LessonFile(pytest.File):
     def collect(self):
+        patterns = session_settings(self.config).checked_pages
+        in_docs = self.path.relative_to(Path(self.config.rootpath) / "docs").as_posix()
         yield LessonItem.from_parent(self, name="executes")
-        if "lessons" in self.path.relative_to(self.config.rootpath).parts:
+        if any(fnmatch(in_docs, pattern) for pattern in patterns):
             yield NumeralsItem.from_parent(self, name="numbers-come-from-code")
             yield ClaimsItem.from_parent(self, name="claims-are-checked")
+
+    def repr_failure(self, excinfo, style=None):
+        return str(excinfo.value) if isinstance(excinfo.value, SetupError) else super().repr_failure(excinfo, style)
 
 
 class NumeralsItem(pytest.Item):
@@ -73,7 +97,7 @@ class ClaimsItem(NumeralsItem):
 class LessonItem(pytest.Item):
     def runtest(self) -> None:
         root = Path(self.config.rootpath)
-        settings = replace(load_settings(root / "mkdocs.yml"), execute=True)
+        settings = replace(session_settings(self.config), execute=True)
         rel = self.path.relative_to(root).as_posix()
         execute_page(self.path.read_text(encoding="utf-8"), rel, settings)
 
