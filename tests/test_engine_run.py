@@ -1,6 +1,10 @@
-"""The executor on small pages: outputs, figures, inline values, doctests and located errors."""
+"""The executor on small pages: outputs, figures, inline values, doctests and located errors.
+What the build alone decides (how printed text, markup and inline values are rendered, which
+links a figure keeps) is tested in process on outputs made here (`shown`), with no page run."""
 from __future__ import annotations
 
+import base64
+import io
 import random
 import textwrap
 from html.parser import HTMLParser
@@ -9,12 +13,14 @@ import markdown
 import numpy as np
 import pytest
 import torch
+from matplotlib.figure import Figure as MatplotlibFigure
 
 from lessonlib.engine.builder.page import execute_page
-from lessonlib.engine.builder.render import figure_files, fill_html_slots
+from lessonlib.engine.builder.render import figure_files, fill_html_slots, render
 from lessonlib.engine.config import SEED, Settings
-from lessonlib.engine.worker.blocks import parse_page
+from lessonlib.engine.worker.blocks import ParsedPage, parse_page
 from lessonlib.engine.worker.errors import LessonError
+from lessonlib.engine.worker.outputs import BlockOutput, Figure
 
 PATH = "docs/fixture.md"
 
@@ -27,6 +33,26 @@ def error_of(text: str, **settings) -> LessonError:
     with pytest.raises(LessonError) as info:
         run(text, **settings)
     return info.value
+
+
+def shown(text: str, printed: list[str] | None = None, values: dict[str, str] | None = None,
+          figures: dict[int, list[Figure]] | None = None) -> tuple[ParsedPage, list[BlockOutput], str]:
+    """The page, its blocks' outputs and its Markdown as the build renders them, in process: each
+    block printed `printed[i]` (nothing by default) and drew `figures[i]`; the inline values are
+    `values`, as a page's process sends them (format(value, spec), so a str stays itself)."""
+    page = parse_page(textwrap.dedent(text), PATH)
+    printed = printed or [""] * len(page.blocks)
+    blocks = [BlockOutput(text=t, figures=(figures or {}).get(i, [])) for i, t in enumerate(printed)]
+    return page, blocks, render(page, blocks, values or {})
+
+
+def svg_drawn(draw) -> str:
+    """What a page's process makes of a figure (worker/svg.py's savefig), drawn here: draw(axes)."""
+    figure = MatplotlibFigure()
+    draw(figure.subplots())
+    buffer = io.StringIO()
+    figure.savefig(buffer, format="svg", bbox_inches="tight", facecolor="white", metadata={"Date": None})
+    return buffer.getvalue()
 
 
 def test_blocks_share_one_namespace_and_stdout_stderr_are_shown():
@@ -75,7 +101,7 @@ def test_workers_also_cap_the_processes_an_experiment_may_start():
 
 
 def test_hide_code_and_hide_output():
-    result = run(
+    _, _, rendered = shown(
         """\
         ```python exec hide-code
         print("visible output")
@@ -84,11 +110,11 @@ def test_hide_code_and_hide_output():
         ```python exec hide-output
         print("invisible output")
         ```
-        """
+        """, ["visible output\n", "invisible output\n"]
     )
-    assert "visible output" in result.markdown and 'print("visible output")' not in result.markdown
-    assert 'print("invisible output")' in result.markdown
-    assert "invisible output\n" not in result.markdown.replace('print("invisible output")', "")
+    assert "visible output" in rendered and 'print("visible output")' not in rendered
+    assert 'print("invisible output")' in rendered
+    assert "invisible output\n" not in rendered.replace('print("invisible output")', "")
 
 
 def test_unknown_option_is_an_error_at_the_fence():
@@ -138,8 +164,8 @@ def test_inline_values_with_format_specs():
 
 
 def test_inline_values_are_escaped_text():
-    result = run('```python exec\ns = "<b>*x*</b>"\n```\n\nvalue: `{py} s`\n')
-    assert "value: &lt;b&gt;\\*x\\*&lt;/b&gt;" in result.markdown
+    _, _, rendered = shown('```python exec\ns = "<b>*x*</b>"\n```\n\nvalue: `{py} s`\n', values={"s": "<b>*x*</b>"})
+    assert "value: &lt;b&gt;\\*x\\*&lt;/b&gt;" in rendered
 
 
 # The site's Markdown (mkdocs.yml), where a value or an output could become markup.
@@ -159,10 +185,9 @@ class _Markup(HTMLParser):
         self.attributes += [name for name, _ in attrs]
 
 
-def site_html(text: str) -> str:
-    result = run(text)
-    return fill_html_slots(markdown.markdown(result.markdown, extensions=SITE_MARKDOWN), result.page,
-                           result.outputs.blocks)
+def site_html(text: str, printed: list[str] | None = None, values: dict[str, str] | None = None) -> str:
+    page, blocks, rendered = shown(text, printed, values)
+    return fill_html_slots(markdown.markdown(rendered, extensions=SITE_MARKDOWN), page, blocks)
 
 
 HOSTILE = ["42\n{: onclick=\"alert(1)\" }", "42 {: onmouseover=\"alert(1)\" }", 'x" onmouseover="alert(1)',
@@ -177,7 +202,7 @@ HOSTILE = ["42\n{: onclick=\"alert(1)\" }", "42 {: onmouseover=\"alert(1)\" }", 
     '!!! note "A note"\n\n    Inside: `{py} v`\n',
 ])
 def test_an_inline_value_is_text_wherever_it_stands(value, where):
-    page_html = site_html(f"```python exec\nv = {value!r}\n```\n\n{where}")
+    page_html = site_html(f"```python exec\nv = {value!r}\n```\n\n{where}", values={"v": value})
     markup = _Markup(page_html)
     assert "script" not in markup.tags and not [a for a in markup.attributes if a.startswith("on")], page_html
 
@@ -185,7 +210,8 @@ def test_an_inline_value_is_text_wherever_it_stands(value, where):
 @pytest.mark.parametrize("nest", ['!!! note "A note"\n\n', "- a list item\n\n"])
 def test_a_nested_blocks_output_stays_in_its_fence_whatever_line_breaks_it_prints(nest):
     code = 'print("line one\\r<script>alert(1)</script>\\rline three\\r\\n<b>four</b>")'
-    page_html = site_html(f"{nest}    ```python exec\n    {code}\n    ```\n")
+    page_html = site_html(f"{nest}    ```python exec\n    {code}\n    ```\n",
+                          ["line one\r<script>alert(1)</script>\rline three\r\n<b>four</b>\n"])
     markup = _Markup(page_html)
     assert "script" not in markup.tags and "b" not in markup.tags, page_html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page_html
@@ -194,18 +220,24 @@ def test_a_nested_blocks_output_stays_in_its_fence_whatever_line_breaks_it_print
 def test_a_figures_links_keep_web_addresses_and_drop_scripts():
     urls = ["javascript:alert(1)", " JavaScript:alert(1)", "java&#115;cript:alert(1)", "data:text/html,x",
             "https://example.org/", "#a"]
-    code = "import matplotlib.pyplot as plt\n" + "".join(
-        f"plt.bar([{i}], [1])[0].set_url({url!r})\n" for i, url in enumerate(urls))
-    result = run(f'```python exec alt="Six bars." caption="Bars with links."\n{code}```\n')
-    (svg,) = figure_files(result.page, result.outputs.blocks).values()
+
+    def bars(axes) -> None:
+        for i, url in enumerate(urls):
+            axes.bar([i], [1])[0].set_url(url)
+
+    page, blocks, _ = shown('```python exec alt="Six bars." caption="Bars with links."\npass\n```\n',
+                            figures={0: [Figure(svg_drawn(bars), "Six bars.", "Bars with links.")]})
+    assert "javascript:alert(1)" in blocks[0].figures[0].svg  # drawn with every link
+    (svg,) = figure_files(page, blocks).values()
     assert "https://example.org/" in svg and 'href="#a"' in svg
     assert "javascript" not in svg.lower() and "cript:" not in svg and "data:text" not in svg
 
 
 def test_a_figures_raster_image_is_kept():
-    code = "import matplotlib.pyplot as plt\nplt.imshow([[0, 1], [1, 0]])\n"
-    result = run(f'```python exec alt="A heatmap." caption="Two by two."\n{code}```\n')
-    (svg,) = figure_files(result.page, result.outputs.blocks).values()
+    page, blocks, _ = shown('```python exec alt="A heatmap." caption="Two by two."\npass\n```\n',
+                            figures={0: [Figure(svg_drawn(lambda axes: axes.imshow([[0, 1], [1, 0]])), "A heatmap.",
+                                                "Two by two.")]})
+    (svg,) = figure_files(page, blocks).values()
     assert 'xlink:href="data:image/png;base64,' in svg
 
 
@@ -243,22 +275,24 @@ def test_evaluating_an_inline_value_leaves_the_later_blocks_random_draws_as_they
 
 
 def test_block_output_with_html_stays_text():
-    result = run('```python exec\nprint("<script>alert(1)</script> ```")\n```\n')
-    fence_start = result.markdown.index("````")  # longer than the backticks printed
-    assert "<script>alert(1)</script> ```" in result.markdown[fence_start:]
+    _, _, rendered = shown('```python exec\nprint("<script>alert(1)</script> ```")\n```\n',
+                           ["<script>alert(1)</script> ```\n"])
+    fence_start = rendered.index("````")  # longer than the backticks printed
+    assert "<script>alert(1)</script> ```" in rendered[fence_start:]
 
 
 def test_html_option_inserts_markup_for_widgets():
-    result = run('```python exec hide-code html\nprint("<div id=\'w\'>\\n\\n<b>hi</b></div>")\n```\n')
-    assert "```" not in result.markdown and "<b>hi</b>" not in result.markdown  # Markdown never parses it
-    assert "<div id='w'>\n\n<b>hi</b></div>" in fill_html_slots(markdown.markdown(result.markdown), result.page, result.outputs.blocks)
+    page, blocks, rendered = shown('```python exec hide-code html\nprint("<div id=\'w\'>\\n\\n<b>hi</b></div>")\n```\n',
+                                   ["<div id='w'>\n\n<b>hi</b></div>\n"])
+    assert "```" not in rendered and "<b>hi</b>" not in rendered  # Markdown never parses it
+    assert "<div id='w'>\n\n<b>hi</b></div>" in fill_html_slots(markdown.markdown(rendered), page, blocks)
 
 
 def test_html_markup_in_a_collapsed_block_is_not_wrapped_in_a_paragraph():
-    page = '??? note "More"\n\n    ```python exec hide-code html\n    print("<div id=\'w\'><b>*hi*</b></div>")\n    ```\n'
-    result = run(page)
-    rendered = markdown.markdown(result.markdown, extensions=["admonition", "pymdownx.details", "pymdownx.superfences"])
-    filled = fill_html_slots(rendered, result.page, result.outputs.blocks)
+    text = '??? note "More"\n\n    ```python exec hide-code html\n    print("<div id=\'w\'><b>*hi*</b></div>")\n    ```\n'
+    page, blocks, rendered = shown(text, ["<div id='w'><b>*hi*</b></div>\n"])
+    rendered = markdown.markdown(rendered, extensions=["admonition", "pymdownx.details", "pymdownx.superfences"])
+    filled = fill_html_slots(rendered, page, blocks)
     assert "\n<div id='w'><b>*hi*</b></div>\n" in filled and "<p><div" not in filled
 
 
@@ -275,14 +309,20 @@ def test_the_svg_images_an_html_block_prints_inline_are_linked_as_files_beside_t
     print('<img src="data:image/svg+xml;base64,bm90!" alt="not base64">')
     ```
     """
-    result = run(page)
-    files = figure_files(result.page, result.outputs.blocks)
+    from lessonlib.exploration import Frame, exploration_html  # what the block prints, made here
+
+    frames = [Frame(label, f'<svg xmlns="http://www.w3.org/2000/svg"><text>{label}</text></svg>', f"Frame {label}.")
+              for label in ("a", "b")]
+    printed = (exploration_html(frames, control="Letter", caption="One letter per frame.") + "\n"
+               + '<img src="data:image/svg+xml;base64,bm90!" alt="not base64">\n')
+    page, blocks, rendered = shown(page, [printed])
+    files = figure_files(page, blocks)
     assert sorted(files.values()) == [f'<svg xmlns="http://www.w3.org/2000/svg"><text>{x}</text></svg>' for x in "ab"]
-    filled = fill_html_slots(markdown.markdown(result.markdown), result.page, result.outputs.blocks)
+    filled = fill_html_slots(markdown.markdown(rendered), page, blocks)
     for name in files:
         assert name.startswith("figure-") and f'<img src="{name}" alt="Frame ' in filled
     assert filled.count("data:image/svg+xml;base64,") == 1 and "base64,bm90!" in filled  # left as printed
-    assert "data:image/svg+xml;base64," in result.outputs.blocks[0].text  # the notebook's copy stays whole
+    assert blocks[0].text == printed  # the notebook's copy stays whole
 
 
 def test_the_svg_images_a_timing_html_block_prints_are_named_as_measured_figures():
@@ -295,9 +335,11 @@ def test_the_svg_images_a_timing_html_block_prints_are_named_as_measured_figures
     print(f'<img src="data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}" alt="0.3 s">')
     ```
     """
-    result = run(page)
-    (name,) = figure_files(result.page, result.outputs.blocks)
-    filled = fill_html_slots(markdown.markdown(result.markdown), result.page, result.outputs.blocks)
+    svg = '<svg xmlns="http://www.w3.org/2000/svg"><text>0.3 s</text></svg>'
+    page, blocks, rendered = shown(page, [f'<img src="data:image/svg+xml;base64,{base64.b64encode(svg.encode()).decode()}" '
+                                          'alt="0.3 s">\n'])
+    (name,) = figure_files(page, blocks)
+    filled = fill_html_slots(markdown.markdown(rendered), page, blocks)
     assert name.startswith("timing-figure-") and f'<img src="{name}" alt="0.3 s">' in filled
 
 
@@ -492,7 +534,7 @@ def test_a_check_block_that_prints_or_draws_is_an_error():
 
 
 def test_a_page_without_check_blocks_has_no_list_of_checks():
-    assert "How this page checks" not in run("```python exec\nassert True\n```\n").markdown
+    assert "How this page checks" not in shown("```python exec\nassert True\n```\n")[2]
 
 
 def test_an_unclosed_fence_is_located_at_its_opening_line():
