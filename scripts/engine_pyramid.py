@@ -1,6 +1,6 @@
 """The engine's test pyramid, measured: what each engine test actually started.
 
-    .venv/bin/python scripts/engine_pyramid.py [-n N] [--list] [FILE ...]
+    .venv/bin/python scripts/engine_pyramid.py [-n N] [--list] [FILE ...] [-- PYTEST_ARGS ...]
 
 Runs the engine's tests (by default tests/test_engine_*.py; FILE ... runs those instead) with
 pytest, CI=true (a reused pass, tests/reused_passes.py, would start nothing and so look in
@@ -20,7 +20,11 @@ the first), and puts each test in the highest kind it reached:
 
 Each process writes what it saw to a folder; this script adds them up and prints the counts,
 per kind and per file, and the in-process share; a test skipped here is not counted. --list
-prints every test with its kind and what it started. The exit status is pytest's. Standard library and pytest only.
+prints every test with its kind and what it started. Arguments after `--` go to pytest (-k, -m
+...). --save JSON keeps each test's record; --over JSON FILE ... runs only those files and takes
+every other file's tests, and those -k or -m deselects, from that record (the files a change
+touched, measured again).
+The exit status is pytest's. Standard library and pytest only.
 
 tests/test_second_course.py (a second course built by MkDocs in a subprocess) is not one of the
 engine's tests and is not counted unless named; it would count as subprocess.
@@ -170,6 +174,11 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 _skipped: set[str] = set()
+_deselected: set[str] = set()
+
+
+def pytest_deselected(items) -> None:
+    _deselected.update(item.nodeid for item in items)
 
 
 def pytest_runtest_logreport(report) -> None:
@@ -179,9 +188,10 @@ def pytest_runtest_logreport(report) -> None:
 
 def pytest_sessionfinish(session) -> None:
     out = session.config.getoption(OUT)
-    if out and _tests:
+    if out and (_tests or _deselected):
         name = os.environ.get("PYTEST_XDIST_WORKER", "main")
-        (Path(out) / f"{name}-{os.getpid()}.json").write_text(json.dumps(_tests))
+        (Path(out) / f"{name}-{os.getpid()}.json").write_text(json.dumps({"tests": _tests,
+                                                                           "deselected": sorted(_deselected)}))
 
 
 # --- the script --------------------------------------------------------------------------------
@@ -191,17 +201,34 @@ def main() -> int:
     parser.add_argument("files", nargs="*", help="test files (default tests/test_engine_*.py)")
     parser.add_argument("-n", default="2", help="pytest-xdist processes (default 2)")
     parser.add_argument("--list", action="store_true", help="print every test, its kind and what it started")
-    args = parser.parse_args()
+    parser.add_argument("--save", metavar="JSON", help="write each test's record there")
+    parser.add_argument("--over", metavar="JSON", help="a saved record: run only FILE ... and count every other "
+                        "file as that record has it (re-measure the files a change touched)")
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     files = args.files or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_engine_*.py"))
+    if args.over and not args.files:
+        parser.error("--over needs the files to run again")
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "CI": "true",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "scripts"), os.environ.get("PYTHONPATH")]))}
         command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "engine_pyramid",
-                   f"{OUT}={out}", "-n", args.n, *files]
+                   f"{OUT}={out}", "-n", args.n, *extra, *files]
         rc = subprocess.run(command, cwd=ROOT, env=env).returncode
         tests: dict[str, dict] = {}
+        deselected: set[str] = set()
         for record in Path(out).glob("*.json"):
-            tests.update(json.loads(record.read_text()))
+            process = json.loads(record.read_text())
+            tests.update(process["tests"])
+            deselected.update(process["deselected"])
+    if args.over:  # a test deselected now (-k, -m) keeps its record
+        again = {Path(f).as_posix() for f in files}
+        kept = json.loads(Path(args.over).read_text())
+        tests.update({nodeid: test for nodeid, test in kept.items()
+                      if nodeid.split("::")[0] not in again or nodeid in deselected})
+    if args.save:
+        Path(args.save).write_text(json.dumps(tests, indent=1, sort_keys=True))
     skipped = sorted(nodeid for nodeid, test in tests.items() if test["skipped"])
     tests = {nodeid: test for nodeid, test in tests.items() if not test["skipped"]}
     if args.list:
