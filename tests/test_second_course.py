@@ -3,23 +3,29 @@ checkout as a wheel and installed, not editable, into a fresh virtual environmen
 with this project's pins (`pip install -c constraints.txt WHEEL matplotlib`); a tiny course of
 three pages of its own (an executed block, a figure, an inline value, a memoized call, a claim,
 an exploration) builds there cold, then warm. The site must be styled by the engine's assets,
-carry nothing of this course, and a broken page must be named at its line.
+carry nothing of this course, and a broken page must be named at its line. The course uses
+MkDocs' own theme, not Material: in a browser its exploration shows one frame at a time, as on
+this course's site (the engine's stylesheets are scoped to its own classes, not to Material's).
 
 The environment is made once for the module (the fixture `course`): installing needs the package
 registry (pip's cache makes it quick after the first time). The seconds each step took are printed
 (`pytest -s`); no test depends on them."""
 from __future__ import annotations
 
+import functools
+import http.server
 import os
 import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from browser_support import Reader
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "lessonlib" / "engine" / "assets"  # what the plugin must add to every site
@@ -265,3 +271,43 @@ def test_a_broken_page_fails_the_build_at_its_line_and_leaves_the_site_as_it_was
     assert f"docs/broken.md:{BROKEN_LINE}: ValueError: the second course's broken page" in _log(result), _log(result)
     assert (course.root / "site" / "index.html").read_bytes() == before
     assert not (course.root / "site" / "broken").exists()
+
+
+VISIBLE_FRAMES = """() => [...document.querySelectorAll('.lessonlib-exploration__frame')]
+    .flatMap((frame, i) => frame.checkVisibility() ? [i] : [])"""
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def served_site(course):
+    """The second course's built site, served on a free port of 127.0.0.1."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(_QuietHandler, directory=str(course.root / "site")))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_exploration_shows_one_frame_at_a_time_on_mkdocs_own_theme(course, served_site, new_reader):
+    assert "theme" not in MKDOCS_YML  # MkDocs' default theme, which has no .md-typeset
+    reader: Reader = new_reader()
+    page = reader.page
+    page.goto(f"{served_site}powers/")
+    page.wait_for_function("() => document.querySelector('.lessonlib-exploration').dataset.explorationReady")
+    assert "md-typeset" not in page.content()
+    assert page.evaluate("() => document.querySelectorAll('.lessonlib-exploration__frame').length") == 3
+    assert page.evaluate(VISIBLE_FRAMES) == [0], "before the control moves, the first frame alone is on view"
+    page.focus('.lessonlib-exploration input[type="range"]')
+    page.keyboard.press("ArrowRight")
+    page.wait_for_function("() => document.querySelector('.lessonlib-exploration').dataset.frame === '1'")
+    assert page.evaluate(VISIBLE_FRAMES) == [1], "moving the slider shows the next frame, and it alone"
+    assert page.locator(".lessonlib-exploration__value").inner_text() == "2"
+    # MkDocs' theme loads highlight.js from a CDN, which an offline machine cannot reach: its
+    # failed requests and its `hljs is not defined` are the theme's; any other error is not.
+    errors = [e for e in reader.errors if "ERR_NAME_NOT_RESOLVED" not in e and e != "hljs is not defined"]
+    assert not errors, errors
