@@ -26,6 +26,8 @@ from lessonlib.engine.builder.page import PACKAGE_ROOT, execute_page, execute_pa
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker import store
 from lessonlib.engine.worker.errors import LessonError, WriteError
+from lessonlib.engine.worker.inputs import Manifest
+from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 
 PATH = "docs/fixture.md"
 
@@ -227,11 +229,7 @@ def test_failed_runs_are_not_cached(tmp_path, settings):
     assert not list((settings.cache_dir / "pages").glob("*.json"))
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garble", "tamper", "a folder", "a pipe"])
-def test_a_damaged_entry_is_detected_and_the_page_rerun(tmp_path, settings, damage):
-    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
-    first = execute_page(page_with_side_effect(log), PATH, settings)
-    (entry,) = (settings.cache_dir / "pages").glob("*.json")
+def damage_entry(entry: Path, damage: str) -> None:
     text = entry.read_text()
     if damage in ("a folder", "a pipe"):  # not a regular file: a miss (a pipe must not hang the read)
         entry.unlink()
@@ -239,6 +237,27 @@ def test_a_damaged_entry_is_detected_and_the_page_rerun(tmp_path, settings, dama
     else:
         entry.write_text({"truncate": text[: len(text) // 2], "garble": "\x00not json",
                           "tamper": text.replace("ran", "RAN").replace("42", "41")}[damage])
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garble", "tamper", "a folder", "a pipe"])
+def test_a_damaged_entry_is_a_miss_and_a_stored_one_a_hit(tmp_path, damage):
+    """In process, on the cache alone: what the build does with a miss is the test below."""
+    pages = cache_module.PageCache(tmp_path / "cache")
+    entry = cache_module.Entry(PageOutputs([BlockOutput("ran\n")], {"answer": "42"}),
+                               Manifest(files={"docs/data.txt": "abc"}))
+    pages.store("key", entry)
+    assert pages.load("key") == entry
+    damage_entry(pages.root / "key.json", damage)
+    assert pages.load("key") is None
+    pages.store("key", entry)  # the damaged file is replaced
+    assert pages.load("key") == entry
+
+
+def test_a_damaged_entry_is_detected_and_the_page_rerun(tmp_path, settings):
+    log = tmp_path.parent / f"{tmp_path.name}.log"  # outside the project: a page may not write there
+    first = execute_page(page_with_side_effect(log), PATH, settings)
+    (entry,) = (settings.cache_dir / "pages").glob("*.json")
+    damage_entry(entry, "tamper")
     again = execute_page(page_with_side_effect(log), PATH, settings)
     assert runs(log) == 2 and not again.from_cache
     assert again.markdown == first.markdown

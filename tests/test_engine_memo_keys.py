@@ -1,13 +1,17 @@
 """A memoized call is keyed on what its callable carries, not only on its code: a bound self, the
 closure's cells, the defaults, a functools.partial's arguments. One it cannot fingerprint is
-refused, in words."""
+refused, in words. The key's part for the callable is callable_fingerprint, tested here in process
+on every carrier; one carrier through a page's memoized call shows that the memo keys on it."""
 from __future__ import annotations
+
+import types
 
 import pytest
 
 from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.errors import LessonError
+from lessonlib.engine.worker.fingerprint import callable_fingerprint
 
 CARRIERS = {
     "a bound self": """\
@@ -42,7 +46,18 @@ call = lessonlib.memo(functools.partial(apply, K))""",
 
 
 @pytest.mark.parametrize("carrier", CARRIERS)
-def test_a_memoized_call_is_keyed_on_what_its_callable_carries(tmp_path, carrier):
+def test_a_callables_fingerprint_follows_what_it_carries(carrier):
+    def fingerprint(k: int) -> str:
+        namespace = {"__name__": "__main__", "lessonlib": types.SimpleNamespace(memo=lambda f: f), "K": k}
+        exec(compile(CARRIERS[carrier], "docs/p.md", "exec"), namespace)  # as a page's block defines it
+        return callable_fingerprint(namespace["call"])
+
+    three, four = fingerprint(3), fingerprint(4)
+    assert three != four and fingerprint(3) == three
+
+
+def test_a_memoized_call_is_keyed_on_what_its_callable_carries(tmp_path):
+    carrier = "a closure"
     (tmp_path / "docs").mkdir()
     settings = Settings(root=tmp_path, cache_dir=tmp_path / "cache")
 

@@ -25,8 +25,8 @@ from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.builder.stylesheets import LARGE, shared_stylesheets
 from lessonlib.engine.builder.wheel import read_project, wheel_bytes
 from lessonlib.engine.config import Settings, load_settings
-from lessonlib.engine.worker.blocks import parse_page
-from lessonlib.engine.worker.outputs import PageOutputs
+from lessonlib.engine.worker.blocks import ParsedPage, parse_page
+from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.worker.session import DOCTEST_FLAGS
 from lessonlib.engine.worker.store import KEY
 
@@ -57,11 +57,16 @@ a
 """
 
 
-def test_export_starts_where_pages_start_splits_examples_and_shows_values_as_text(tmp_path):
-    (tmp_path / "docs").mkdir()
-    result = execute_page(SMALL.replace("plt.plot([1, 2])", "plt.plot([1, 2])  # a line"), "docs/small.md",
-                          Settings(root=tmp_path))
-    cells = to_notebook(result.page, result.outputs).cells
+def ran(text: str, path: str = "docs/small.md", values: dict[str, str] | None = None) -> tuple[ParsedPage, PageOutputs]:
+    """A page and outputs as its process would send them (nothing printed): the export reads the
+    page's code and prose and the inline values, and runs nothing."""
+    page = parse_page(text, path)
+    return page, PageOutputs([BlockOutput() for _ in page.blocks], values or {})
+
+
+def test_export_starts_where_pages_start_splits_examples_and_shows_values_as_text():
+    page, outputs = ran(SMALL.replace("plt.plot([1, 2])", "plt.plot([1, 2])  # a line"), values={"s": "<b>*x*</b>"})
+    cells = to_notebook(page, outputs).cells
     assert cells[0].metadata.tags == ["setup"] and "start_page()" in cells[0].source
     assert cells[2].source.endswith("plt.plot([1, 2]);  # a line"), "a page does not show a last line's value"
     assert cells[3].metadata.tags == ["timing"]
@@ -70,14 +75,13 @@ def test_export_starts_where_pages_start_splits_examples_and_shows_values_as_tex
 
 
 def test_a_published_notebook_installs_lessonlib_from_its_site_first(tmp_path):
-    (tmp_path / "docs").mkdir()
-    result = execute_page("```python exec\nx = 1\n```\n", "docs/small.md", Settings(root=tmp_path))
+    page, outputs = ran("```python exec\nx = 1\n```\n")
     here, there = (Install(f"http://{host}/downloads/", "lessonlib-0.1.0-py3-none-any.whl") for host in ("a", "b"))
-    install, setup = to_notebook(result.page, result.outputs, here).cells[:2]
+    install, setup = to_notebook(page, outputs, here).cells[:2]
     assert install.metadata.tags == ["install"] and setup.metadata.tags == ["setup"]
     assert 'DOWNLOADS = "http://a/downloads/"' in install.source and "lessonlib-0.1.0-py3-none-any.whl" in install.source
     store = tmp_path / "store"
-    texts = [notebook_text(result.page, result.outputs, "key", store, site) for site in (here, there, here)]
+    texts = [notebook_text(page, outputs, "key", store, site) for site in (here, there, here)]
     assert texts[0] != texts[1] and texts[0] == texts[2], "a notebook kept for one site must not be offered by another"
     exercise = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("print(1)")])
     cells = nbformat.reads(published_exercise(nbformat.writes(exercise), here, "lessons/ex.ipynb"), as_version=4).cells
@@ -87,15 +91,14 @@ def test_a_published_notebook_installs_lessonlib_from_its_site_first(tmp_path):
 LINKS = "See [the LSTM](gates-and-attention.md#lstm), [home](../index.md), [above](#top), [a figure](fig.svg) and [PyTorch](https://pytorch.org/)."
 
 
-def test_a_published_notebooks_links_lead_to_the_sites_pages(tmp_path):
-    (tmp_path / "docs" / "lessons").mkdir(parents=True)
-    result = execute_page(f"{LINKS}\n\n```python exec\nx = 1\n```\n", "docs/lessons/rnn.md", Settings(root=tmp_path))
+def test_a_published_notebooks_links_lead_to_the_sites_pages():
+    page, outputs = ran(f"{LINKS}\n\n```python exec\nx = 1\n```\n", "docs/lessons/rnn.md")
     site = Install("http://a/course/downloads/", "lessonlib-0.1.0-py3-none-any.whl")
     expected = ("See [the LSTM](http://a/course/lessons/gates-and-attention/#lstm), [home](http://a/course/), "
                 "[above](http://a/course/lessons/rnn/#top), [a figure](http://a/course/lessons/rnn/fig.svg) and "
                 "[PyTorch](https://pytorch.org/).")
-    assert to_notebook(result.page, result.outputs, site).cells[2].source == expected
-    assert to_notebook(result.page, result.outputs).cells[1].source == LINKS, "in the repository, links stay as written"
+    assert to_notebook(page, outputs, site).cells[2].source == expected
+    assert to_notebook(page, outputs).cells[1].source == LINKS, "in the repository, links stay as written"
     exercise = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("[the lesson](../rnn/#memory-task)")])
     cells = nbformat.reads(published_exercise(nbformat.writes(exercise), site, "lessons/ex.ipynb"), as_version=4).cells
     assert cells[1].source == "[the lesson](http://a/course/lessons/rnn/#memory-task)"
@@ -229,15 +232,13 @@ def test_a_notebook_page_links_its_large_stylesheets_in_place_and_small_ones_sta
     assert shared_stylesheets(page.replace("--x: 1", "--x: 2"), "e/")[1].keys() != files.keys()  # named by content
 
 
-def test_a_check_block_is_a_cell_tagged_check_with_its_source_folded(tmp_path):
-    (tmp_path / "docs").mkdir()
-    page = "```python exec\nx = 1\n```\n\n```python exec check\nassert x == 1\n```\n"
-    result = execute_page(page, "docs/small.md", Settings(root=tmp_path))
-    plain, check = to_notebook(result.page, result.outputs).cells[1:]
+def test_a_check_block_is_a_cell_tagged_check_with_its_source_folded():
+    page, outputs = ran("```python exec\nx = 1\n```\n\n```python exec check\nassert x == 1\n```\n")
+    plain, check = to_notebook(page, outputs).cells[1:]
     assert "tags" not in plain.metadata and "jupyter" not in plain.metadata
     assert check.source == "assert x == 1" and check.metadata.tags == ["check"]
     assert check.metadata.jupyter == {"source_hidden": True}
-    nbformat.validate(to_notebook(result.page, result.outputs))
+    nbformat.validate(to_notebook(page, outputs))
 
 
 def _exec_cells(notebook: nbformat.NotebookNode) -> list[nbformat.NotebookNode]:

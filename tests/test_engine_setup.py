@@ -53,10 +53,27 @@ ENVIRONMENT = {
 }
 
 
+def setup_error(config_file: Path) -> str:
+    """The one line the doors print for a bad setting: both read the settings as load_settings
+    does (the plugin through settings_from, with_build_environment), before any page."""
+    with pytest.raises(SetupError) as info:
+        load_settings(config_file)
+    assert "\n" not in str(info.value), str(info.value)
+    return str(info.value)
+
+
 @pytest.mark.parametrize("case", ENVIRONMENT)
-def test_a_bad_environment_value_is_one_line_naming_it_at_the_start_though_no_page_reads_it(
-        tmp_path, case, build, lessonlib_cli):
+def test_a_bad_environment_value_is_one_line_naming_it_at_the_start_though_no_page_reads_it(tmp_path, case,
+                                                                                              monkeypatch):
     name, value, words = ENVIRONMENT[case]
+    site = make_site(tmp_path, {"index.md": "# Home, where no page runs code\n"})
+    monkeypatch.setenv(name, value)
+    one_clear_line(setup_error(site / "mkdocs.yml"), f"{name}: '{value}'", words)
+
+
+def test_a_bad_environment_value_stops_every_door_in_one_line(tmp_path, build, lessonlib_cli):
+    """One kind through the doors (the rest in process, above)."""
+    name, value, words = ENVIRONMENT["LESSONLIB_WORKERS=abc"]
     site = make_site(tmp_path, {"index.md": "# Home, where no page runs code\n"})
     for result in (build(site, **{name: value}), lessonlib_cli(site, "run", "docs/index.md", **{name: value})):
         assert result.returncode != 0
@@ -75,7 +92,16 @@ OPTIONS = {
 
 
 @pytest.mark.parametrize("option", OPTIONS)
-def test_a_bad_option_is_one_line_naming_it_and_changes_nothing(tmp_path, option, build, lessonlib_cli):
+def test_a_bad_option_is_one_line_naming_it(tmp_path, option):
+    name, value, words = OPTIONS[option]
+    site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
+    (site / "mkdocs.yml").write_text(MKDOCS_YML.replace("      timeout: 60\n", f"      {option}\n"))
+    one_clear_line(setup_error(site / "mkdocs.yml"), f"mkdocs.yml, lessonlib option {name}: ", value, words)
+
+
+def test_a_bad_option_stops_every_door_in_one_line_and_changes_nothing(tmp_path, build, lessonlib_cli):
+    """One kind through the doors (the rest in process, above), on a site built before."""
+    option = "workers: -3"
     name, value, words = OPTIONS[option]
     site = make_site(tmp_path, {"index.md": "# Home\n", "good.md": GOOD})
     assert build(site).returncode == 0
