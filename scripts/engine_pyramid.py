@@ -233,7 +233,7 @@ def main() -> int:
     tests = {nodeid: test for nodeid, test in tests.items() if not test["skipped"]}
     if args.list:
         for nodeid, test in sorted(tests.items()):
-            print(f"{test['kind']:<10}  {nodeid}  {'; '.join(test['started'])}")
+            print(f"{test['kind']}\t{nodeid}\t{'; '.join(test['started'])}")  # tabs: an id may hold spaces
     by_file: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for nodeid, test in tests.items():
         by_file[nodeid.split("::")[0]][test["kind"]] += 1
