@@ -19,12 +19,13 @@ the first), and puts each test in the highest kind it reached:
     in process  none of these.
 
 Each process writes what it saw to a folder; this script adds them up and prints the counts,
-per kind and per file, and the in-process share; a test skipped here is not counted. --list
-prints every test with its kind and what it started. Arguments after `--` go to pytest (-k, -m
-...). --save JSON keeps each test's record; --over JSON FILE ... runs only those files and takes
-every other file's tests, and those -k or -m deselects, from that record (the files a change
-touched, measured again).
-The exit status is pytest's. Standard library and pytest only.
+per kind and per file, and the in-process share. A test skipped or failed here is not counted
+(a failed one may have stopped before it started what it tests). --list prints every test with
+its kind and what it started. Arguments after `--` go to pytest (-k, -m ...). --save JSON keeps
+each test's record; --count JSON counts a kept record and runs nothing; --over JSON FILE ...
+runs only those files and takes every other file's tests, and those -k or -m deselects, from
+that record (the files a change touched, measured again). The exit status is pytest's.
+Standard library and pytest only.
 
 tests/test_second_course.py (a second course built by MkDocs in a subprocess) is not one of the
 engine's tests and is not counted unless named; it would count as subprocess.
@@ -170,10 +171,11 @@ def pytest_runtest_protocol(item, nextitem):
         kinds = {kind for kind, _ in started}
         kind = "subprocess" if "subprocess" in kinds else "worker" if "worker" in kinds else "in process"
         _tests[item.nodeid] = {"kind": kind, "started": sorted({what for _, what in started}),
-                               "skipped": item.nodeid in _skipped}
+                               "skipped": item.nodeid in _skipped, "failed": item.nodeid in _failed}
 
 
 _skipped: set[str] = set()
+_failed: set[str] = set()
 _deselected: set[str] = set()
 
 
@@ -184,6 +186,8 @@ def pytest_deselected(items) -> None:
 def pytest_runtest_logreport(report) -> None:
     if report.skipped and report.when in ("setup", "call"):
         _skipped.add(report.nodeid)
+    if report.failed and report.when in ("setup", "call"):
+        _failed.add(report.nodeid)
 
 
 def pytest_sessionfinish(session) -> None:
@@ -202,6 +206,7 @@ def main() -> int:
     parser.add_argument("-n", default="2", help="pytest-xdist processes (default 2)")
     parser.add_argument("--list", action="store_true", help="print every test, its kind and what it started")
     parser.add_argument("--save", metavar="JSON", help="write each test's record there")
+    parser.add_argument("--count", metavar="JSON", help="count a saved record; run nothing")
     parser.add_argument("--over", metavar="JSON", help="a saved record: run only FILE ... and count every other "
                         "file as that record has it (re-measure the files a change touched)")
     argv = sys.argv[1:]
@@ -210,6 +215,9 @@ def main() -> int:
     files = args.files or sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").glob("test_engine_*.py"))
     if args.over and not args.files:
         parser.error("--over needs the files to run again")
+    if args.count:
+        return report(json.loads(Path(args.count).read_text()), args.list)
+    rc = 0
     with tempfile.TemporaryDirectory() as out:
         env = {**os.environ, "CI": "true",
                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "scripts"), os.environ.get("PYTHONPATH")]))}
@@ -229,9 +237,14 @@ def main() -> int:
                       if nodeid.split("::")[0] not in again or nodeid in deselected})
     if args.save:
         Path(args.save).write_text(json.dumps(tests, indent=1, sort_keys=True))
+    return report(tests, args.list) or rc
+
+
+def report(tests: dict[str, dict], listed: bool) -> int:
     skipped = sorted(nodeid for nodeid, test in tests.items() if test["skipped"])
-    tests = {nodeid: test for nodeid, test in tests.items() if not test["skipped"]}
-    if args.list:
+    failed = sorted(nodeid for nodeid, test in tests.items() if test.get("failed"))
+    tests = {nodeid: test for nodeid, test in tests.items() if not test["skipped"] and not test.get("failed")}
+    if listed:
         for nodeid, test in sorted(tests.items()):
             print(f"{test['kind']}\t{nodeid}\t{'; '.join(test['started'])}")  # tabs: an id may hold spaces
     by_file: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
@@ -247,7 +260,9 @@ def main() -> int:
         print(f"in-process share: {total['in process'] / n:.1%}")
     if skipped:
         print(f"not counted, skipped here: {len(skipped)} ({', '.join(skipped)})")
-    return rc
+    if failed:  # it may have failed before it started what it tests
+        print(f"not counted, failed here: {len(failed)} ({', '.join(failed)})")
+    return 0
 
 
 if __name__ == "__main__":

@@ -497,8 +497,7 @@ def test_every_page_flushes_subnormals_to_zero():
     assert run(page).outputs.blocks[0].text == "0.0\n"
 
 
-def test_check_blocks_run_in_place_and_are_shown_only_at_the_end_under_their_section():
-    page = """\
+CHECKED = textwrap.dedent("""\
     # Title
 
     ```python exec
@@ -517,14 +516,23 @@ def test_check_blocks_run_in_place_and_are_shown_only_at_the_end_under_their_sec
     y = 3
     print("y is", y)
     ```
-    """
-    result = run(page)
-    before, appendix = result.markdown.split('??? info "How this page checks its claims"')
+    """)
+
+
+def test_check_blocks_run_in_place():
+    page = CHECKED
+    assert "y is 3" in run(page).outputs.blocks[2].text  # the blocks after it run on
+    failing = error_of(page.replace("== 4", "== 5"))
+    assert failing.line == 12 and failing.message == "AssertionError: the square"
+
+
+def test_a_check_block_is_shown_only_at_the_end_under_its_section():
+    """As the build renders a run page, in process."""
+    _, _, rendered = shown(CHECKED, ["", "", "y is 3\n"], {"x * x": "4"})
+    before, appendix = rendered.split('??? info "How this page checks its claims"')
     assert 'assert x * x == 4' not in before and "Two squared is 4." in before
     assert "y is 3" in before
     assert "In *Squares*:" in appendix and '    assert x * x == 4, "the square"' in appendix
-    failing = error_of(page.replace("== 4", "== 5"))
-    assert failing.line == 12 and failing.message == "AssertionError: the square"
 
 
 def test_a_check_block_that_prints_or_draws_is_an_error():

@@ -131,17 +131,23 @@ def test_a_bad_name_or_too_much_to_publish_fails_in_one_line_at_the_call(tmp_pat
     assert failed.value.line == 4, "the call's line, though the page caught the error"
 
 
-def test_a_cache_entry_with_damaged_published_files_is_a_miss(tmp_path, settings):
-    execute_page(PUBLISHES, "docs/fixture.md", settings)
-    (entry,) = (settings.cache_dir / "pages").glob("*.json")
-    data = json.loads(entry.read_text())
-    data["payload"]["published"]["weights.bin"] = "not base64!"
-    from lessonlib.engine.builder.cache import _canonical
+def test_a_cache_entry_with_damaged_published_files_is_a_miss(tmp_path):
+    """On the cache alone, in process (a miss runs the page again: test_engine_cache)."""
+    from lessonlib.engine.builder.cache import Entry, PageCache, _canonical
+    from lessonlib.engine.worker.inputs import Manifest
+    from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
     from lessonlib.engine.worker.store import seal
-    data["seal"] = seal(entry.parent, _canonical(data["payload"]))  # damaged, yet sealed: as the build wrote it
-    entry.write_text(json.dumps(data))
-    again = execute_page(PUBLISHES, "docs/fixture.md", settings)
-    assert not again.from_cache and again.outputs.published["weights.bin"][:3] == bytes([0, 1, 2])
+
+    pages = PageCache(tmp_path / "cache")
+    entry = Entry(PageOutputs([BlockOutput("")], {}, {"weights.bin": bytes(range(256)) * 4}), Manifest())
+    pages.store("key", entry)
+    assert pages.load("key") == entry
+    stored = pages.root / "key.json"
+    data = json.loads(stored.read_text())
+    data["payload"]["published"]["weights.bin"] = "not base64!"
+    data["seal"] = seal(stored.parent, _canonical(data["payload"]))  # damaged, yet sealed: as the build wrote it
+    stored.write_text(json.dumps(data))
+    assert pages.load("key") is None
 
 
 def test_a_page_may_still_write_outside_the_project(tmp_path_factory, settings):
