@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import sys
 
 import nbformat
 import pytest
@@ -15,8 +16,9 @@ from lessonlib.engine.builder import plugin
 from lessonlib.engine.builder.cache import PageCache
 from lessonlib.engine.builder.page import _PagesRun, execute_page, stamp
 from lessonlib.engine.builder.plugin import STYLESHEET, STYLESHEET_URI
-from lessonlib.engine.builder.pool import GUARD, Task, template_modules
+from lessonlib.engine.builder.pool import GUARD, WORKER, Task, template_modules
 from lessonlib.engine.config import Settings
+from lessonlib.engine.worker.after_import import cancel, when_imported
 from lessonlib.engine.worker.errors import SetupError
 
 PUBLISHING = ("cache_dir: .cache\n", "cache_dir: .cache\n      publish_package: true\n")
@@ -70,7 +72,8 @@ def test_a_site_builds_where_torch_cannot_be_imported(tmp_path, page):
     (stamp,) = re.findall(r'<p class="lessonlib-stamp">.*?</p>', html)
     assert "torch" not in stamp and "seed 0" in stamp, stamp  # the page used no torch: the stamp names none
     learned = PageCache(site / ".cache").learned_preload(["docs/page.md"])  # what the next build's template imports
-    assert "torch" not in learned and "lessonlib" not in learned and "matplotlib.pyplot" in learned  # the engine draws
+    assert "torch" not in learned and "lessonlib" not in learned
+    assert ("matplotlib.pyplot" in learned) == (page == GOOD)  # only a page that draws imports pyplot
 
 
 def test_a_matplotlib_page_records_as_inputs_only_the_distributions_its_code_reaches(tmp_path):
@@ -127,8 +130,8 @@ print(torch.equal(drawn, torch.rand(3)), torch.get_num_threads())
 def test_the_page_template_imports_the_guard_then_the_preloaded_modules_that_are_installed(monkeypatch):
     find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else find_spec(name, *a))
-    assert template_modules(["numpy", "torch", "matplotlib.pyplot"]) == [GUARD, "numpy", "matplotlib.pyplot"]
-    assert template_modules([]) == [GUARD]  # nothing learned yet: a site's first build starts no torch
+    assert template_modules(["numpy", "torch", "matplotlib.pyplot"]) == [GUARD, *WORKER, "numpy", "matplotlib.pyplot"]
+    assert template_modules([]) == [GUARD, *WORKER]  # nothing learned yet: a site's first build starts no torch
 
 
 def test_the_template_preloads_the_preload_option_else_what_the_pages_imported_when_they_last_ran(tmp_path):
@@ -164,3 +167,38 @@ print(sorted(name for name in sys.modules if name.startswith(course)) or "none",
 """
     loaded, count = output_of(script).split()
     assert loaded == "none" and int(count) >= 6, (loaded, count)  # device, models, experiments ... are the course
+
+
+def test_a_start_waits_for_a_real_import_and_starts_run_in_the_order_asked(tmp_path, monkeypatch):
+    (tmp_path / "lessonlib_probe_module.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "lessonlib_probe_module", raising=False)
+    started = []
+    first = when_imported("lessonlib_probe_module", lambda m: started.append(("first", m.VALUE)))
+    when_imported("lessonlib_probe_module", lambda m: started.append(("second", m.VALUE)))
+    dropped = when_imported("lessonlib_probe_module", lambda m: started.append(("dropped", m.VALUE)))
+    cancel(dropped)
+    assert importlib.util.find_spec("lessonlib_probe_module") is not None and started == []  # a probe is no import
+    import lessonlib_probe_module  # noqa: F401
+
+    assert started == [("first", 1), ("second", 1)] and first not in sys.meta_path
+    when_imported("lessonlib_probe_module", lambda m: started.append(("loaded", m.VALUE)))  # loaded: at once
+    assert started[-1] == ("loaded", 1)
+
+
+def test_a_memoized_call_that_first_imports_torch_leaves_it_as_the_page_would_find_it():
+    script = """
+import sys
+from lessonlib.engine.worker.memo import _seeded_and_restored
+from lessonlib.engine.worker.session import start_page
+start_page(7)
+with _seeded_and_restored():  # as a memoized call runs
+    import torch
+    inside = torch.rand(3)
+after = torch.rand(3)
+torch.manual_seed(0)
+same_as_seed_0 = torch.equal(inside, torch.rand(3))
+torch.manual_seed(7)
+print(same_as_seed_0, torch.equal(after, torch.rand(3)))
+"""
+    assert output_of(script).split() == ["True", "True"]  # the call's seed inside; the page's after it

@@ -40,6 +40,10 @@ from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
 from lessonlib.engine.worker.process import PAGE_ENVIRONMENT, PageJob
 
 GUARD = "lessonlib.engine.guard"  # always imported first in the template (template_modules)
+# Then the worker's own code, for the libraries it imports (joblib, psutil ...): a page's time
+# limit is the page's, never spent importing the engine. The guard drops lessonlib's modules in
+# each worker, which imports them again, fresh, at a fraction of the cost.
+WORKER = ("lessonlib.engine.worker.process", "lessonlib.engine.worker.session")
 POLL_SECONDS = 0.2  # how often memory and deadlines are checked
 GRACE_SECONDS = 1.0  # between asking a worker to stop and killing it
 
@@ -124,12 +128,12 @@ def _context(preload: Sequence[str]) -> multiprocessing.context.BaseContext:
 
 
 def template_modules(preload: Sequence[str]) -> list[str]:
-    """What the template imports: the guard first, then those of `preload` installed here (their
+    """What the template imports: the guard first, the worker's code, then those of `preload` installed here (their
     top-level package found, not imported), so that a site without torch starts no torch. The
     guard takes lessonlib's own modules out of each worker, so that no project code in the
     template can be stale: mkdocs serve keeps it across rebuilds."""
     installed = [name for name in preload if importlib.util.find_spec(name.partition(".")[0]) is not None]
-    return list(dict.fromkeys([GUARD, *installed]))
+    return list(dict.fromkeys([GUARD, *WORKER, *installed]))
 
 
 def start_template(preload: Sequence[str]) -> None:

@@ -43,6 +43,7 @@ import joblib
 
 from lessonlib.engine.config import SEED, environment_settings
 from lessonlib.engine.worker import capture
+from lessonlib.engine.worker.after_import import cancel, when_imported
 from lessonlib.engine.worker.capture import terminal
 from lessonlib.engine.worker.fingerprint import (
     Unfingerprintable,
@@ -147,12 +148,23 @@ def _numpy_state_kept() -> Iterator[None]:
         numpy.random.set_state(state)
 
 
-def _torch_rng_forked() -> contextlib.AbstractContextManager:
-    if importlib.util.find_spec("torch") is None:  # a site without torch
-        return contextlib.nullcontext()
-    import torch  # the worker and notebooks have it; the build process never calls memo
-
-    return torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else [])
+@contextlib.contextmanager
+def _torch_rng_forked() -> Iterator[None]:
+    """torch's generators kept, where torch is loaded; where it is first imported inside (a page
+    that never needs torch never imports it), its generator as it was just after the import."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        with torch.random.fork_rng(devices=range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []):
+            yield
+        return
+    imported: list = []
+    pending = when_imported("torch", lambda torch: imported.append(torch.random.get_rng_state()))
+    try:
+        yield
+    finally:
+        cancel(pending)
+        if imported:
+            sys.modules["torch"].random.set_rng_state(imported[0])
 
 
 @contextlib.contextmanager
@@ -163,11 +175,11 @@ def _seeded_and_restored() -> Iterator[None]:
             import numpy
 
             numpy.random.seed(SEED)
-        if importlib.util.find_spec("torch") is not None:
-            import torch
-
-            torch.manual_seed(SEED)
-        yield
+        pending = when_imported("torch", lambda torch: torch.manual_seed(SEED))
+        try:
+            yield
+        finally:
+            cancel(pending)
 
 
 # --- the stored call ---------------------------------------------------------------------------

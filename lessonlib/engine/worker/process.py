@@ -20,7 +20,6 @@ import atexit
 import builtins
 import faulthandler
 import functools
-import importlib.util
 import os
 import signal
 import sys
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from lessonlib.engine.config import SEED
 from lessonlib.engine.worker import capture, lifetime, page_files
+from lessonlib.engine.worker.after_import import when_imported
 from lessonlib.engine.worker.blocks import ParsedPage, parse_page
 from lessonlib.engine.worker.cores import limit_cpus
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
@@ -175,10 +175,7 @@ def _stdio(output: Connection) -> None:
 
 def _run(conn: Connection, job: PageJob, page: ParsedPage, children: _Children, scratch: Path,
          imported: Callable[[], set[str]]) -> Finished:
-    if importlib.util.find_spec("matplotlib") is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")  # no display at build time
+    when_imported("matplotlib", lambda matplotlib: matplotlib.use("Agg"))  # no display at build time
 
     from lessonlib.engine.worker.memo import MemoStore, memo_store
     from lessonlib.engine.worker.session import Session

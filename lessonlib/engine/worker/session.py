@@ -8,20 +8,16 @@ from __future__ import annotations
 import ast
 import contextlib
 import doctest
-import importlib.abc
-import importlib.util
 import io
 import linecache
 import random
 import re
 import sys
 import traceback
-import types
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from lessonlib.engine.config import SEED
 from lessonlib.engine.worker import page_files, svg
+from lessonlib.engine.worker.after_import import when_imported
 from lessonlib.engine.worker.blocks import SOURCE, Block, Inline, ParsedPage
 from lessonlib.engine.worker.capture import Capture, EscapedOutput
 from lessonlib.engine.worker.errors import LessonError, SetupError
@@ -38,8 +34,8 @@ def start_page(seed: int = SEED) -> None:
     where they are installed, the same seed in NumPy, and in torch subnormal floats flushed to
     zero, one thread and the same seed too. Exported notebooks call it in their first cell.
 
-    NumPy and torch are set up as they are imported, or now if they are loaded already: a page
-    that never imports torch never pays for it (about a second), and its stamp names no torch.
+    NumPy, torch and matplotlib are set up as they are imported, or now if they are loaded
+    already: a page that never imports torch never pays for it, and its stamp names no torch.
     Subnormals first, before any thread exists, so that every thread torch starts inherits it
     (lessonlib.device.flush_subnormals says why). One thread, because a sum split over two
     threads can round differently from one over one (the lessons' models are tiny)."""
@@ -48,39 +44,6 @@ def start_page(seed: int = SEED) -> None:
     when_imported("torch", lambda torch: (torch.set_flush_denormal(True), torch.set_num_threads(1),
                                           torch.manual_seed(seed)))
     svg.reset()
-
-
-def when_imported(name: str, start: Callable[[types.ModuleType], object]) -> None:
-    """start(module) now if the top-level module `name` is loaded, else right after its first
-    import; never if it is not installed."""
-    if sys.modules.get(name) is not None:
-        start(sys.modules[name])
-    elif importlib.util.find_spec(name) is not None:  # None also where sys.modules holds None: import fails
-        sys.meta_path.insert(0, _AfterImport(name, start))
-
-
-@dataclass
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds `name` as the finders after it would, and runs `start` on the module once it has loaded."""
-
-    name: str
-    start: Callable[[types.ModuleType], object]
-
-    def find_spec(self, fullname, path, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)  # once: and the real finders find it below
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        load = spec.loader.exec_module
-
-        def exec_module(module: types.ModuleType) -> None:
-            load(module)
-            self.start(module)
-
-        spec.loader.exec_module = exec_module  # this spec's own loader
-        return spec
 
 
 class Session:

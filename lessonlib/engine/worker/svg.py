@@ -2,16 +2,13 @@
 a notebook keeps its own)."""
 from __future__ import annotations
 
-import importlib.util
 import io
+import sys
+import types
 from collections.abc import Sequence
 
+from lessonlib.engine.worker.after_import import when_imported
 from lessonlib.engine.worker.outputs import DataTable
-
-DRAWS = importlib.util.find_spec("matplotlib") is not None  # a site without matplotlib draws no figures
-if DRAWS:
-    import matplotlib
-    import matplotlib.pyplot as plt
 
 # Fixed ids and no date stamp: the same figure gives the same bytes on every build.
 # Text stays text (smaller files, selectable, searchable by the browser).
@@ -27,12 +24,22 @@ STYLE = {
 
 
 def reset() -> None:
-    """Close every figure and apply the house style (each page starts from the same state)."""
+    """Close every figure, and apply the house style as matplotlib is imported (now, if it is
+    loaded): each page starts from the same state."""
     _tables.clear()
-    if DRAWS:
-        plt.close("all")
-        matplotlib.rcdefaults()
-        matplotlib.rcParams.update(STYLE)
+    if _pyplot() is not None:
+        _pyplot().close("all")
+    when_imported("matplotlib", _house_style)
+
+
+def _house_style(matplotlib: types.ModuleType) -> None:
+    matplotlib.rcdefaults()
+    matplotlib.rcParams.update(STYLE)
+
+
+def _pyplot() -> types.ModuleType | None:
+    """pyplot, if the page has imported it: a page that never did has drawn no figure."""
+    return sys.modules.get("matplotlib.pyplot")
 
 
 _tables: list[DataTable] = []  # figure_data calls since the last take_tables
@@ -68,8 +75,8 @@ def take_tables() -> list[DataTable]:
 
 def take_figures() -> list[str]:
     """Return every open figure as SVG text, in creation order, and close them."""
-    svgs = []
-    for number in plt.get_fignums() if DRAWS else []:
+    svgs, plt = [], _pyplot()
+    for number in plt.get_fignums() if plt is not None else []:
         fig = plt.figure(number)
         buffer = io.StringIO()
         # A white background keeps figures legible on both palettes; dark mode restyles them in CSS.
