@@ -92,12 +92,17 @@ def test_alt_text_and_caption_state_the_values_the_block_computed(tmp_path):
     result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
     figure = result.outputs.blocks[0].figures[0]
     assert (figure.alt, figure.caption) == ("Accuracy falls to 12% at 16 digits {sic}.", "Accuracy (16 digits).")
-    assert 'alt="Accuracy falls to 12% at 16 digits {sic}."><figcaption>Accuracy (16 digits).</figcaption>' \
-        in fill_html_slots(result.markdown, result.page, result.outputs.blocks)
     for option in ("alt", "caption"):
         with pytest.raises(LessonError, match=rf"^docs/p.md:1: {option}: NameError"):
             execute_page(page.replace("{n}", "{m}"), "docs/p.md", Settings(root=tmp_path))
         page = page.replace("{n} digits {{sic}}", "16 digits {{sic}}")  # the alt text's field fixed, the caption's next
+
+
+def test_a_figure_shows_its_alt_text_and_its_caption_under_it():
+    page = parse_page('```python exec alt="{acc:.0%}" caption="{n}"\npass\n```\n', "docs/p.md")
+    outputs = [BlockOutput("", [Figure("<svg/>", "Accuracy falls to 12% at 16 digits {sic}.", "Accuracy (16 digits).")])]
+    assert 'alt="Accuracy falls to 12% at 16 digits {sic}."><figcaption>Accuracy (16 digits).</figcaption>' \
+        in fill_html_slots(render(page, outputs, {}), page, outputs)
 
 
 @pytest.mark.parametrize("options, problem", [
@@ -120,9 +125,6 @@ def test_figure_data_is_offered_as_a_collapsed_table_under_the_figure(tmp_path):
     result = execute_page(page, "docs/p.md", Settings(root=tmp_path))
     (table,) = result.outputs.blocks[0].tables
     assert table.columns == ["x", "y|value"] and table.rows == [["1", "0.5"], ["2", "0.333"], ["3", "2e-09"]]
-    assert ('<details class="note">\n<summary>The data in this figure</summary>\n<table>\n<thead>\n<tr>\n<th>x</th>\n'
-            '<th>y|value</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n<td>1</td>\n<td>0.5</td>\n</tr>\n') \
-        in fill_html_slots(result.markdown, result.page, result.outputs.blocks)
     counted = page.replace('{"x": xs, "y|value": ys}', '{"x": [1000, 2, 3], "y": ys}, fmt=",.2f"')
     (table,) = execute_page(counted, "docs/p.md", Settings(root=tmp_path)).outputs.blocks[0].tables
     assert table.rows == [["1,000", "0.50"], ["2", "0.33"], ["3", "0.00"]], "whole numbers stay whole"
@@ -131,6 +133,15 @@ def test_figure_data_is_offered_as_a_collapsed_table_under_the_figure(tmp_path):
                      Settings(root=tmp_path))
     with pytest.raises(LessonError, match="every column needs as many values"):
         execute_page(page.replace('"x": xs', '"x": xs[:2]'), "docs/p.md", Settings(root=tmp_path))
+
+
+def test_a_figures_data_is_a_collapsed_table_under_it():
+    page = parse_page('```python exec alt="The line rises."\npass\n```\n', "docs/p.md")
+    table = DataTable(["x", "y|value"], [["1", "0.5"], ["2", "0.333"], ["3", "2e-09"]])
+    outputs = [BlockOutput("", [Figure("<svg/>", "The line rises.")], [table])]
+    assert ('<details class="note">\n<summary>The data in this figure</summary>\n<table>\n<thead>\n<tr>\n<th>x</th>\n'
+            '<th>y|value</th>\n</tr>\n</thead>\n<tbody>\n<tr>\n<td>1</td>\n<td>0.5</td>\n</tr>\n') \
+        in fill_html_slots(render(page, outputs, {}), page, outputs)
 
 
 def test_check_command_lists_numerals_and_fails_only_when_there_are_some(tmp_path, lessonlib_cli):

@@ -135,9 +135,15 @@ def test_figures_are_captured_as_deterministic_svg_with_alt_text():
     assert figure.svg.lstrip().startswith("<?xml") and "<svg" in figure.svg
     assert "Date" not in figure.svg
     assert figure.svg == second.outputs.blocks[0].figures[0].svg
-    (name, svg), = figure_files(first.page, first.outputs.blocks).items()
-    assert svg == figure.svg and name.startswith("figure-") and name.endswith(".svg")
-    assert f'<img src="{name}" alt="A rising line.">' in fill_html_slots(first.markdown, first.page, first.outputs.blocks)
+
+
+def test_a_figure_is_a_file_beside_the_page_shown_with_its_alt_text():
+    svg = svg_drawn(lambda axes: axes.plot([0, 1], [0, 1]))
+    page, blocks, rendered = shown('```python exec alt="A rising line."\npass\n```\n',
+                                   figures={0: [Figure(svg, "A rising line.")]})
+    (name, kept), = figure_files(page, blocks).items()
+    assert kept == svg and name.startswith("figure-") and name.endswith(".svg")
+    assert f'<img src="{name}" alt="A rising line.">' in fill_html_slots(rendered, page, blocks)
 
 
 @pytest.mark.parametrize("options", ["", ' alt=""', " alt=' '", ' caption="Only a caption."'])
@@ -159,8 +165,19 @@ def test_inline_values_with_format_specs():
         Literal syntax stays: `` `{py} cos` ``, and `code` is untouched.
         """
     )
-    assert "cos(1) is 0.5403, plain 0.5403023058681398, sliced \\[2, 3\\], big 1,234,567." in result.markdown
-    assert "`` `{py} cos` ``" in result.markdown and "`code`" in result.markdown
+    assert result.outputs.values == FORMATTED
+
+
+FORMATTED = {"cos:.4f": "0.5403", "cos": "0.5403023058681398", 'items["a"][1:]': "[2, 3]", "1234567:,": "1,234,567"}
+
+
+def test_inline_values_are_shown_as_text_and_literal_syntax_stays():
+    _, _, rendered = shown("""\
+        cos(1) is `{py} cos:.4f`, plain `{py} cos`, sliced `{py} items["a"][1:]`, big `{py} 1234567:,`.
+        Literal syntax stays: `` `{py} cos` ``, and `code` is untouched.
+        """, values=FORMATTED)
+    assert "cos(1) is 0.5403, plain 0.5403023058681398, sliced \\[2, 3\\], big 1,234,567." in rendered
+    assert "`` `{py} cos` ``" in rendered and "`code`" in rendered
 
 
 def test_inline_values_are_escaped_text():

@@ -113,17 +113,20 @@ def test_a_bad_option_stops_every_door_in_one_line_and_changes_nothing(tmp_path,
     assert tree(site / ".cache") == before
 
 
-def test_a_misspelt_option_is_refused_in_every_door_not_ignored(tmp_path, build, lessonlib_cli):
+def test_a_misspelt_option_fails_a_strict_build(tmp_path, build):
     site = make_site(tmp_path, {"index.md": "# Home\n"})
-    misspelt = MKDOCS_YML.replace("      timeout: 60\n", "      timout: 60\n")
-    (site / "mkdocs.yml").write_text(misspelt)
+    (site / "mkdocs.yml").write_text(MKDOCS_YML.replace("      timeout: 60\n", "      timout: 60\n"))
     built = build(site)
     assert built.returncode != 0 and "timout" in built.stdout + built.stderr  # MkDocs' own line, in strict mode
-    (site / "mkdocs.yml").write_text(misspelt.replace("strict: true\n", ""))  # where MkDocs only warns
-    ran = lessonlib_cli(site, "run", "docs/index.md")
-    assert ran.returncode != 0
-    one_clear_line(ran.stderr, "mkdocs.yml, lessonlib option timout: 60", "lessonlib has no such option (misspelt?",
-                   "timeout")
+
+
+def test_a_misspelt_option_is_refused_where_mkdocs_only_warns_not_ignored(tmp_path):
+    """The settings every door reads (the CLI and the pytest door through load_settings), in process."""
+    site = make_site(tmp_path, {"index.md": "# Home\n"})
+    misspelt = MKDOCS_YML.replace("      timeout: 60\n", "      timout: 60\n").replace("strict: true\n", "")
+    (site / "mkdocs.yml").write_text(misspelt)
+    one_clear_line(setup_error(site / "mkdocs.yml"), "mkdocs.yml, lessonlib option timout: 60",
+                   "lessonlib has no such option (misspelt?", "timeout")
 
 
 def test_blank_variables_are_unset_and_a_cache_folder_may_start_at_home(tmp_path, monkeypatch):
