@@ -136,7 +136,7 @@ def template_modules(preload: Sequence[str]) -> list[str]:
     return list(dict.fromkeys([GUARD, *WORKER, *installed]))
 
 
-def start_template(preload: Sequence[str]) -> None:
+def start_template(preload: Sequence[str] = ()) -> None:
     """Start the template now, from this thread: it ends when this thread does (guard)."""
     with _process_globals():
         _context(preload)
