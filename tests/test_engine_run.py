@@ -55,26 +55,30 @@ def svg_drawn(draw) -> str:
     return buffer.getvalue()
 
 
-def test_blocks_share_one_namespace_and_stdout_stderr_are_shown():
-    result = run(
-        """\
-        ```python exec
-        import sys
-        x = 41
-        print("out")
-        print("err", file=sys.stderr)
-        ```
+TWO_BLOCKS = """\
+```python exec
+import sys
+x = 41
+print("out")
+print("err", file=sys.stderr)
+```
 
-        ```python exec
-        print(x + 1)
-        ```
-        """
-    )
-    blocks = result.outputs.blocks
+```python exec
+print(x + 1)
+```
+"""
+
+
+def test_blocks_share_one_namespace_and_stdout_and_stderr_are_captured():
+    blocks = run(TWO_BLOCKS).outputs.blocks
     assert blocks[0].text == "out\nerr\n"
     assert blocks[1].text == "42\n"
-    assert "```python\nimport sys" in result.markdown and "python exec" not in result.markdown
-    assert "42" in result.markdown
+
+
+def test_a_blocks_code_and_what_it_printed_are_shown():
+    _, _, rendered = shown(TWO_BLOCKS, ["out\nerr\n", "42\n"])
+    assert "```python\nimport sys" in rendered and "python exec" not in rendered
+    assert "42" in rendered and "out\nerr" in rendered
 
 
 def test_each_page_starts_from_the_seed_in_random_numpy_and_torch():

@@ -14,6 +14,7 @@ from lessonlib.engine.builder.page import execute_page
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.blocks import parse_page
 from lessonlib.engine.worker.errors import LessonError
+from lessonlib.engine.worker.shown import NotFound, source_of
 
 PATH = "docs/page.md"
 SHOWN = '# Shown\n\nThe code:\n\n```python source="shownmod:twice"\n```\n\nAfter.\n'
@@ -42,18 +43,28 @@ def test_a_source_block_shows_the_objects_code_under_its_file_and_line_and_an_ed
     assert not edited.from_cache and "    return x + x\n```" in edited.markdown
 
 
-def test_a_library_method_is_shown_dedented_from_its_package_file(settings):
-    page = '```python source="lessonlib.engine.worker.errors:LessonError.__str__"\n```\n'
-    shown = execute_page(page, PATH, settings).outputs.blocks[0].source
+def test_a_library_method_is_shown_dedented_from_its_package_file():
+    """source_of, in process, as a source block's process calls it (the block: the test above)."""
+    shown = source_of("lessonlib.engine.worker.errors:LessonError.__str__")
     assert shown.file == "lessonlib/engine/worker/errors.py" and shown.code.startswith("def __str__(self) -> str:\n")
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("no_such_module:f", "no module 'no_such_module'"),
+    ("lessonlib.engine.worker.shown:thrice", "lessonlib.engine.worker.shown has no attribute 'thrice'"),
+    ("lessonlib.engine.worker.shown:__doc__", "no source to show"),
+])
+def test_a_target_that_names_no_code_is_said_in_one_line(target, message):
+    """source_of, in process: what a source block's process says, at the fence (the test below)."""
+    with pytest.raises(NotFound) as failed:
+        source_of(target)
+    assert str(failed.value).startswith(message) and "\n" not in str(failed.value)
 
 
 @pytest.mark.parametrize("fence, message", [
     ('python source="shownmod.twice"', "a source block takes one option, "),
     ('python source="shownmod:twice" alt="x"', "a source block takes one option, "),
     ('python source="no_such_module:f"', "source='no_such_module:f': no module 'no_such_module'"),
-    ('python source="shownmod:thrice"', "source='shownmod:thrice': shownmod has no attribute 'thrice'"),
-    ('python source="shownmod:__doc__"', "source='shownmod:__doc__': no source to show"),
 ])
 def test_a_bad_source_target_is_one_line_at_its_fence(tmp_path, settings, fence, message):
     (tmp_path / "docs" / "shownmod.py").write_text(shown_module())
