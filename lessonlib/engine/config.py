@@ -220,7 +220,8 @@ def _lesson_config() -> type:
         output_limit_kb = c.Type((int, float), default=1024)
         """What one block may print and draw, text and figures together."""
         cache_limit_mb = c.Type((int, float), default=1024)
-        """The cache's size; past it, the entries used least recently go first."""
+        """The size of the page entries and memoized results; past it, the least recently used go
+        first (notebooks, parsed pages and the HTML memo are not counted)."""
         publish_limit_mb = c.Type((int, float), default=10)
         """What one page may publish beside itself with lessonlib.publish (model weights ...),
         its files together; they are kept in its cache entry too."""
