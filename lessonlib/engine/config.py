@@ -210,8 +210,8 @@ def _lesson_config() -> type:
         """Seconds a block may run; a block may set its own (`timeout=N` on its fence)."""
         cache_dir = c.Optional(c.Type(str))
         """The cache folder, relative to mkdocs.yml; unset: the user's cache folder, shared by
-        every clone ($XDG_CACHE_HOME/lessonlib, else ~/.cache/lessonlib). LESSONLIB_CACHE_DIR
-        overrides it."""
+        every clone ($XDG_CACHE_HOME/lessonlib, else ~/.cache/lessonlib on Linux; the platform's
+        user cache folder elsewhere). LESSONLIB_CACHE_DIR overrides it."""
         workers = c.Type(int, default=0)
         """Pages run at once, and processes a page's experiments may start; 0: one per core
         (LESSONLIB_WORKERS overrides it)."""
