@@ -87,13 +87,17 @@ def test_settings_refuse_anything_but_a_list_of_patterns(value):
     assert Settings().checked_pages == ()
 
 
-def test_a_bad_value_stops_the_pytest_door_in_one_line_before_any_page_runs(pytester):
+@pytest.mark.parametrize(("line", "said"), [
+    ("checked_pages: [3]", "mkdocs.yml, lessonlib option checked_pages: 3 "),
+    ("checked_pagez: [x]", "mkdocs.yml: Aborted with 1 configuration warnings in 'strict' mode"),  # MkDocs' own refusal
+], ids=["bad value", "misspelt option"])
+def test_a_bad_setting_stops_the_pytest_door_in_one_line_before_any_page_runs(pytester, line, said):
     site = make_site(pytester.path, {"lessons/x.md": GOOD})
-    (site / "mkdocs.yml").write_text(MKDOCS_YML.replace("      timeout: 60\n", "      checked_pages: [3]\n"))
+    (site / "mkdocs.yml").write_text(MKDOCS_YML.replace("      timeout: 60\n", f"      {line}\n"))
     pytester.makeini("[pytest]\n")
     result = pytester.runpytest_inprocess("-p", "lessonlib.engine.builder.pytest_plugin", "-p", "no:cacheprovider",
                                           "docs")
     output = result.stdout.str()
-    assert result.ret != 0 and "Traceback" not in output, output
-    assert "mkdocs.yml, lessonlib option checked_pages: 3 " in output, output
+    assert result.ret != 0 and "Traceback" not in output and "INTERNALERROR" not in output, output
+    assert said in output, output
     assert "passed" not in output and "failed" not in output, output

@@ -18,6 +18,7 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+from mkdocs.exceptions import MkDocsException
 
 from lessonlib.engine.builder.claims import binding
 from lessonlib.engine.builder.numerals import hand_typed_numerals, hidden_values
@@ -37,6 +38,8 @@ def session_settings(config: pytest.Config) -> Settings:
             config.stash[_SETTINGS] = load_settings(Path(config.rootpath) / "mkdocs.yml")
         except SetupError as e:
             config.stash[_SETTINGS] = e
+        except MkDocsException as e:  # MkDocs' own refusal (a strict warning, logged above it): one line too
+            config.stash[_SETTINGS] = SetupError(f"mkdocs.yml: {e}")
     settings = config.stash[_SETTINGS]
     if isinstance(settings, SetupError):
         raise settings
