@@ -3,9 +3,11 @@ course's project and without torch."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import os
 import re
 import sys
+import zipfile
 
 import nbformat
 import pytest
@@ -17,6 +19,7 @@ from lessonlib.engine.builder.cache import PageCache
 from lessonlib.engine.builder.page import _PagesRun, execute_page, stamp
 from lessonlib.engine.builder.plugin import STYLESHEET, STYLESHEET_URI
 from lessonlib.engine.builder.pool import GUARD, WORKER, Task, template_modules
+from lessonlib.engine.builder.wheel import read_project, wheel_bytes
 from lessonlib.engine.config import Settings
 from lessonlib.engine.worker.after_import import cancel, when_imported
 from lessonlib.engine.worker.errors import SetupError
@@ -202,3 +205,15 @@ torch.manual_seed(7)
 print(same_as_seed_0, torch.equal(after, torch.rand(3)))
 """
     assert output_of(script).split() == ["True", "True"]  # the call's seed inside; the page's after it
+
+
+def test_a_hyphenated_project_publishes_its_package_and_one_without_a_package_is_one_line(tmp_path):
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "my-course"\nversion = "0.2.0"\n')
+    with pytest.raises(SetupError, match=r"the project my-course has no package my_course/ beside it"):
+        read_project(tmp_path)
+    (tmp_path / "my_course").mkdir()
+    (tmp_path / "my_course" / "__init__.py").write_text("ANSWER = 42\n")
+    project = read_project(tmp_path)
+    names = zipfile.ZipFile(io.BytesIO(wheel_bytes(project))).namelist()
+    assert project.wheel_name.startswith("my_course-0.2.0+") and "my_course/__init__.py" in names
+    assert any(n.startswith("my_course-0.2.0+") and n.endswith(".dist-info/METADATA") for n in names), names

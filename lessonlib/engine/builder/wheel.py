@@ -15,9 +15,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import re
 import tomllib
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from lessonlib.engine.worker.errors import SetupError
@@ -44,8 +45,13 @@ class Project:
     sources: dict[str, bytes]  # path in the wheel -> contents: the modules and the package data
 
     @property
+    def package(self) -> str:
+        """The name as a package folder and in the wheel's file names: my-course is my_course."""
+        return re.sub(r"[-_.]+", "_", self.name).lower()
+
+    @property
     def wheel_name(self) -> str:
-        return f"{self.name}-{self.version}-py3-none-any.whl"
+        return f"{self.package}-{self.version}-py3-none-any.whl"
 
 
 def read_project(root: Path = SOURCE) -> Project:
@@ -60,14 +66,18 @@ def read_project(root: Path = SOURCE) -> Project:
         data = tomllib.loads(pyproject.decode("utf-8"))
         project = data["project"]
         package_data = data.get("tool", {}).get("setuptools", {}).get("package-data", {})
-        name, package_data = project["name"], {k: tuple(v) for k, v in package_data.items()}
+        package_data = {k: tuple(v) for k, v in package_data.items()}
+        found = Project(root, project["name"], project["version"], project.get("description", ""),
+                        project.get("requires-python", ""), tuple(project.get("dependencies", ())),
+                        {k: tuple(v) for k, v in project.get("optional-dependencies", {}).items()},
+                        project.get("entry-points", {}), package_data, {})
+        if not (root / found.package / "__init__.py").is_file():
+            raise SetupError(f"{root / 'pyproject.toml'}: the project {found.name} has no package {found.package}/ "
+                             "beside it (a folder with an __init__.py): its wheel would hold no code")
         sources = {path.relative_to(root).as_posix(): path.read_bytes()
-                   for path in _package_files(root / name, package_data)}
+                   for path in _package_files(root / found.package, package_data)}
         label = hashlib.sha256(repr([pyproject, sorted(sources.items())]).encode()).hexdigest()[:12]
-        return Project(root, name, f"{project['version']}+{label}", project.get("description", ""),
-                       project.get("requires-python", ""), tuple(project.get("dependencies", ())),
-                       {k: tuple(v) for k, v in project.get("optional-dependencies", {}).items()},
-                       project.get("entry-points", {}), package_data, sources)
+        return replace(found, version=f"{found.version}+{label}", sources=sources)
     except (OSError, ValueError, KeyError) as e:
         what = "cannot read the project's name, version, dependencies and files"
         raise SetupError(f"{root / 'pyproject.toml'}: {what} ({e})") from None
@@ -83,11 +93,11 @@ def wheel_bytes(project: Project, store: Path | None = None) -> bytes:
         return _zipped(files)
     version = hashlib.sha256(repr(sorted(files.items())).encode()).hexdigest()
     with cache_errors(store):  # one name: the version says whose it is
-        return kept(store / f"{project.name}.whl", version, lambda: _zipped(files))
+        return kept(store / f"{project.package}.whl", version, lambda: _zipped(files))
 
 
 def _wheel_files(project: Project) -> dict[str, bytes]:
-    dist_info = f"{project.name}-{project.version}.dist-info"
+    dist_info = f"{project.package}-{project.version}.dist-info"
     files = dict(project.sources)
     files[f"{dist_info}/METADATA"] = _metadata(project).encode()
     files[f"{dist_info}/WHEEL"] = (b"Wheel-Version: 1.0\nGenerator: lessonlib\nRoot-Is-Purelib: true\n"
