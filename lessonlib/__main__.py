@@ -70,6 +70,8 @@ def _refused_output(output: Path, root: Path) -> str | None:
         return f"-o {output}: a notebook's name ends in .ipynb"
     if target.is_relative_to(root / "docs"):
         return f"-o {output} is under the docs folder, where the site's pages and files are: write it elsewhere"
+    if shutil.which("git") is None:  # no git, no tracked file
+        return None
     tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(target)], cwd=target.parent,
                              capture_output=True, check=False)
     if tracked.returncode == 0:

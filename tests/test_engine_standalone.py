@@ -6,6 +6,7 @@ import importlib.util
 import io
 import os
 import re
+import subprocess
 import sys
 import zipfile
 
@@ -118,6 +119,7 @@ print(random.random() == random.Random(5).random(), numpy.random.random() == num
 
 def test_start_page_sets_torch_up_as_a_page_imports_it_and_never_imports_it_itself():
     script = """
+import subprocess
 import sys
 from lessonlib.engine.worker.session import start_page
 start_page(5)
@@ -191,6 +193,7 @@ def test_a_start_waits_for_a_real_import_and_starts_run_in_the_order_asked(tmp_p
 
 def test_a_memoized_call_that_first_imports_torch_leaves_it_as_the_page_would_find_it():
     script = """
+import subprocess
 import sys
 from lessonlib.engine.worker.memo import _seeded_and_restored
 from lessonlib.engine.worker.session import start_page
@@ -217,3 +220,14 @@ def test_a_hyphenated_project_publishes_its_package_and_one_without_a_package_is
     names = zipfile.ZipFile(io.BytesIO(wheel_bytes(project))).namelist()
     assert project.wheel_name.startswith("my_course-0.2.0+") and "my_course/__init__.py" in names
     assert any(n.startswith("my_course-0.2.0+") and n.endswith(".dist-info/METADATA") for n in names), names
+
+
+def test_the_notebook_command_works_where_git_is_not_installed(tmp_path):
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "page.md": PLAIN})
+    (tmp_path / "bin").mkdir()  # PATH: a folder without git (the command runs this Python by its path)
+    out = tmp_path / "page.ipynb"
+    result = subprocess.run([sys.executable, "-m", "lessonlib", "notebook", "docs/page.md", "-o", str(out)], cwd=site,
+                            env={**os.environ, "PATH": str(tmp_path / "bin")}, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "hello without torch" in out.read_text()
