@@ -34,12 +34,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -141,33 +143,36 @@ def pytest_configure(config) -> None:
         _instrument()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
+@contextlib.contextmanager
+def _recording() -> Iterator[list[tuple[str, str]]]:
+    """What is started while inside, (kind, what) each; read it under _lock once the block ends."""
     recorder: list[tuple[str, str]] = []
     with _lock:
         _active[id(recorder)] = recorder
     try:
-        yield
+        yield recorder
     finally:
         with _lock:
             del _active[id(recorder)]
-            _fixtures.setdefault(id(fixturedef), []).extend(recorder)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    with _recording() as recorder:
+        yield
+    with _lock:
+        _fixtures.setdefault(id(fixturedef), []).extend(recorder)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    recorder: list[tuple[str, str]] = []
-    with _lock:
-        _active[id(recorder)] = recorder
-    try:
+    with _recording() as recorder:
         yield
-    finally:
-        with _lock:
-            del _active[id(recorder)]
-            started = list(recorder)
-            for defs in getattr(item, "_fixtureinfo").name2fixturedefs.values():
-                for fixturedef in defs:
-                    started.extend(_fixtures.get(id(fixturedef), []))
+    with _lock:
+        started = list(recorder)
+        for defs in getattr(item, "_fixtureinfo").name2fixturedefs.values():
+            for fixturedef in defs:
+                started.extend(_fixtures.get(id(fixturedef), []))
         kinds = {kind for kind, _ in started}
         kind = "subprocess" if "subprocess" in kinds else "worker" if "worker" in kinds else "in process"
         _tests[item.nodeid] = {"kind": kind, "started": sorted({what for _, what in started}),
