@@ -118,6 +118,19 @@ EXERCISES = {e.name: e for e in [
             Mistake("exercise-scan", "a[:, :1] * h0.unsqueeze(1) + b[:, :1]", "b[:, :1]", "h0 is ignored"),
             Mistake("exercise-scan", "while d < a.shape[1]:", "while 2 * d < a.shape[1]:", "one round short"),
         )),
+    Exercise(
+        "delta-rule", LESSONS / "exercise-delta-rule.ipynb",
+        {"exercise-read": "Solution: read", "exercise-step": "Solution: delta_step"},
+        "DeltaRuleCheckError", "read() is still the stub", (
+            Mistake("exercise-read", 'torch.einsum("bkv,bk->bv", S, q)', "(S @ q[:, :, None]).squeeze(-1)",
+                    "S q where it needs Sᵀq"),
+            Mistake("exercise-step", "(v - old)", "(v + old)", "the correction has the wrong sign"),
+            Mistake("exercise-step", "beta[:, None] * (v - old)", "beta[:, None] * v - old", "beta multiplies v only"),
+            Mistake("exercise-step", "beta[:, None] * (v - old)", "v - beta[:, None] * old", "beta multiplies Sᵀk only"),
+            Mistake("exercise-step", "k = k / k.norm(dim=-1, keepdim=True)", "k = k", "k is not normalised"),
+            Mistake("exercise-step", "read(S, k)", "(S @ k[:, :, None]).squeeze(-1)", "S k where it needs Sᵀk"),
+            Mistake("exercise-step", "beta[:, None] * (v - old)", "beta[:, None] * v", "linear attention's write"),
+        )),
 ]}
 
 

@@ -41,6 +41,7 @@ EXERCISES = {
                              "exercise-heads": "Solution: split_heads and merge_heads"},
     "exercise-language-model": {"exercise-sample": "Solution: sample", "exercise-train-chunk": "Solution: train_chunk"},
     "exercise-scan": {"exercise-combine": "Solution: combine", "exercise-scan": "Solution: scan"},
+    "exercise-delta-rule": {"exercise-read": "Solution: read", "exercise-step": "Solution: delta_step"},
     "exercise-rnn": {"exercise-cell": "Solution: rnn_cell", "exercise-forward": "Solution: rnn_forward",
                      "exercise-train": "Solution: train"},
 }
