@@ -37,6 +37,18 @@ DEVICES = [
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def page_template() -> None:
+    """The pages tests run fork from a template that has imported what this course's pages
+    import (mkdocs.yml's preload), as in the course's own build: a test page that imports torch
+    starts in a fraction of a second instead of importing it. What a template imports, and a site
+    without torch, are tested in fresh processes (test_engine_standalone, test_second_course)."""
+    from lessonlib.engine.builder.pool import start_template
+    from lessonlib.engine.config import load_settings
+
+    start_template(load_settings(ROOT / "mkdocs.yml").preload or ())
+
+
 @dataclass(frozen=True)
 class Site:
     path: Path  # the built site
