@@ -109,30 +109,51 @@ def test_notebook_export_never_writes_over_an_authors_file_and_says_why_in_one_l
     assert {p: p.read_bytes() for p in before} == before
 
 
-# A page of random draws each: the seed every page starts from, not the process it ran in, decides them.
+# A page of random draws each, in random, NumPy and torch: the seed every page starts from, not
+# the process it ran in, decides them; it prints a set too, whose order the hash seed decides,
+# shows a figure and an inline value, and memoizes a call.
 RANDOM_PAGE = """\
 ```python exec alt="Random points of page {n}."
-import torch, matplotlib.pyplot as plt
-x = torch.randn(20)
+import random
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+x = torch.randn(8)
 plt.plot(x)
-print(x[:3])
+print(x[:3], np.random.randn(2), random.random(), {{"alpha", "beta", "gamma", "delta", "epsilon"}})
 ```
+
+```python exec
+def draw(n):
+    return np.random.randn(n)
+```
+
+```python exec memo="draw"
+drawn = draw(3)
+```
+
+The first memoized draw is `{{py}} float(drawn[0])`.
 """
-SAME_SITE = {"index.md": "# Home\n", "good.md": GOOD, **{f"p{n}.md": RANDOM_PAGE.format(n=n) for n in range(3)}}
+SAME_SITE = {"index.md": "# Home\n", **{f"p{n}.md": RANDOM_PAGE.format(n=n) for n in range(3)}}
+# As the course's mkdocs.yml: the pages' template imports these once, from a cold cache on (the
+# pages fork with NumPy's state already drawn; each imports torch in a fraction of a second).
+PRELOAD = "cache_dir: .cache\n      preload: [numpy, torch, matplotlib.pyplot]\n"
 
 
 # MkDocs stamps the sitemap with the build date; everything else must be byte-identical. The
 # cluster's build is compared the same way (test_engine_cluster.py), beside its scheduler.
 @pytest.mark.parametrize("first, second", [
     ({"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}),  # a process each, its own hash seed: set order shows
-    ({"LESSONLIB_WORKERS": "1"}, {"LESSONLIB_WORKERS": "3"}),  # every page in one process, or three at once
+    ({"LESSONLIB_WORKERS": "1"}, {"LESSONLIB_WORKERS": "3"}),  # one page at a time, or three at once
 ], ids=["hash-seeds", "workers"])
 def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path, first, second):
     trees = []
     for name, variables in (("a", first), ("b", second)):
         site = make_site(tmp_path / name, SAME_SITE)
+        (site / "mkdocs.yml").write_text((site / "mkdocs.yml").read_text().replace("cache_dir: .cache\n", PRELOAD))
         result = build_process(site, **variables)
         assert result.returncode == 0, result.stderr
+        assert "3 pages: 3 ran, 0 from cache" in result.stderr, result.stderr  # cold
         trees.append(site / "site")
     assert "with 3 workers" in result.stderr or "LESSONLIB_WORKERS" not in second, result.stderr
     differing = set(differences(filecmp.dircmp(trees[0], trees[1])))
