@@ -31,7 +31,7 @@ NUMERAL = re.compile(r"\d")
 ASSERT = re.compile(r"^\s*assert\b", re.M)
 CORE_WORDS, ARTICLE_WORDS, NUMERALS = 2700, 9000, 45  # per lesson, at most: one sitting, every note open
 LESSONS = ("recurrent-networks", "gates-and-attention", "sequence-models", "transformer", "language-model",
-           "recurrence-returns")
+           "recurrence-returns", "delta-rule")
 ASSERTS_SHOWN = 3  # asserts in code shown outside collapsed blocks, at most, on every lesson
 SKIPPED = {"math", "script", "style", "nav", "svg", "button"}  # never prose
 STAMP = ("lessonlib-stamp", "lessonlib-download", "headerlink")  # the build's, not the lesson's

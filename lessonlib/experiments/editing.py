@@ -66,6 +66,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -391,6 +392,12 @@ def _train(p: EditingProtocol, mixer: str, seed: int, device: Device) -> tuple[R
         time.perf_counter() - wall, time.process_time() - cpu,
     )
     return result, model
+
+
+# loky replaces a pool worker whose memory grew past its leak threshold and says so from a thread
+# of its own, after the call that started it has returned (so as output of whatever runs next);
+# the jobs are not lost and the results are the same.
+warnings.filterwarnings("ignore", "A worker stopped while some jobs were given to the executor", UserWarning)
 
 
 def train_all(protocol: EditingProtocol = OVERWRITE, mixers: Sequence[str] = ("linear", "delta", "softmax"),
