@@ -17,11 +17,11 @@ Gated (Gated DeltaNet, Yang, Kautz and Hatamizadeh, arXiv:2412.06464): a decay a
 in front, S_t = alpha_t (I - beta_t k_t k_t^T) S_{t-1} + beta_t k_t v_t^T; alpha_t = 0 forgets all.
 
 Two ways to compute it, equal up to rounding (tests/test_delta_rule.py):
-- delta_rule_loop: the definition, one token after another (T sequential steps);
+- delta_rule_loop: the definition, one token after another (a loop of T iterations);
 - delta_rule_chunkwise: Yang et al.'s chunkwise form (arXiv:2406.06484). Within a chunk of C
   tokens, the writes delta_i = beta_i (v_i - alpha_i S_{i-1}^T k_i) solve one unit lower-triangular
   system (the UT/WY transform), so S_{i-1} is never formed inside a chunk: matrix products over
-  the chunk, and T / C sequential steps between chunks.
+  the chunk, and a loop of T / C iterations that hands the state from chunk to chunk.
 Every tensor is (B, H, T, d): batch, heads, time, features; beta and alpha are (B, H, T).
 """
 from __future__ import annotations
@@ -102,7 +102,7 @@ def delta_rule_chunkwise(
 
     S = k.new_zeros(B, H, d_k, d_v) if state is None else state  # (B, H, d_k, d_v)
     outs = []
-    for c in range(n):  # the only sequential part: n = T / C steps
+    for c in range(n):  # the only loop over the sequence: n = T / C iterations
         delta = U[:, :, c] - W[:, :, c] @ S  # (B, H, C, d_v): the writes, given the state coming in
         outs.append((g[:, :, c] * q[:, :, c]) @ S + scores[:, :, c] @ delta)  # (B, H, C, d_v)
         S = g[:, :, c, -1:] * S + (to_end[:, :, c] * k[:, :, c]).transpose(-1, -2) @ delta
