@@ -19,7 +19,7 @@ import json
 import re
 
 import pytest
-from browser_support import CHROMIUM, SCHEMES, serious_violations
+from browser_support import CHROMIUM, SCHEMES, serious_violations, shading_contrast_problems
 
 # the site tests' browser fixtures, shared: pytest finds a fixture by its name in this module
 
@@ -184,6 +184,7 @@ def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
     assert page.inner_text(".char-model__inside-summary").startswith(f"Cell {start + 1}, tanh(c) over the 10,000 characters read")
     assert page.evaluate("document.documentElement.scrollWidth") <= 360, "fits a 360-px screen"
     assert not (violations := serious_violations(page)), "\n".join(violations)
+    assert not (low := shading_contrast_problems(page)), "shaded characters under AA contrast:\n" + "\n".join(low)
     assert not reader.errors, reader.errors
     assert reader.hosts <= {"127.0.0.1", "data"}, reader.hosts
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import nbformat
 import pytest
 import yaml
-from browser_support import CHROMIUM, DESKTOP, NARROW_PHONE, PHONE, SCHEMES, open_every_details, serious_violations
+from browser_support import CHROMIUM, DESKTOP, NARROW_PHONE, SCHEMES, open_every_details, serious_violations
 
 from lessonlib.engine.builder import source_pages
 
@@ -87,6 +87,45 @@ def test_lesson_1s_old_address_leads_to_the_lesson_that_holds_the_section(reader
     assert not reader.errors, reader.errors
 
 
+# Each page in two views that together cover both palettes and both widths: the colours
+# (contrast) follow the palette, what scrolls sideways follows the width. The phone is the narrowest
+# the course is read on, 360 px: Material's layout changes at 400 px (25em) and up and ours at 720 px,
+# so any phone up to 400 px wide gets the same fluid layout, only wider, and what fits 360 px fits
+# them too. One load of each view serves every check of it (a load and axe's run are most of a
+# view's cost): the desktop's in test_every_page_reads_well_and_..., the phone's in test_on_a_360px_phone_...
+PHONE_VIEW, DESKTOP_VIEW = (NARROW_PHONE, "light"), (DESKTOP, "dark")
+
+
+def open_view(new_reader, base_url, path, view):
+    """A reader with the view's screen and palette preference, and the page it opens: the palette
+    follows the reader's system preference (mkdocs.yml), emulated here."""
+    viewport, scheme = view
+    reader = new_reader(viewport=viewport, color_scheme=scheme)
+    page = reader.open(base_url + path)
+    assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme], "the palette is not the reader's"
+    return reader, page
+
+
+def assert_fits(page, path, viewport, view) -> None:
+    heading = page.locator("article h1").first
+    assert heading.is_visible(), f"{path}: no visible main heading on a {view}"
+    box = heading.bounding_box()
+    assert 0 <= box["x"] and box["x"] + box["width"] <= viewport["width"], f"{path}: heading cut off: {box}"
+    open_every_details(page)  # the answers too: wide math and code must scroll in their own boxes
+    assert_no_sideways_scrolling(page, path, viewport, view)
+
+
+def assert_no_sideways_scrolling(page, path, viewport, view) -> None:
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= viewport["width"], f"{path} scrolls sideways on a {view}: {width}px wide"
+
+
+def screenshot(request, page, path, view) -> None:
+    if request.config.getoption("screenshots"):  # for a person to look at; seconds per long page
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"{path.strip('/').replace('/', '-') or 'home'}-{view}.png"), full_page=True)
+
+
 def article_images(page) -> list[dict]:
     """The article's images, once the browser has finished loading (or failing to load) each."""
     page.wait_for_function("() => [...document.querySelectorAll('article img')].every(i => i.complete)")
@@ -96,10 +135,16 @@ def article_images(page) -> list[dict]:
 
 
 @pytest.mark.parametrize("path", site_pages())
-def test_every_page_reads_well(reader, base_url, path):
-    """One visit per page checks what it shows: its images, its math, its notebook downloads,
-    its knowledge checks and the reader's palette switch."""
-    page = reader.open(base_url + path)
+def test_every_page_reads_well_and_fits_a_dark_desktop_with_no_serious_accessibility_violations(
+        new_reader, base_url, path, request):
+    """One visit per page, on a desktop whose reader prefers the dark palette, checks what it shows:
+    its images, its math, its notebook downloads, its knowledge checks, its figures restyled for
+    the dark palette; then that it fits the screen (no sideways scrolling, the heading on view) with
+    no serious accessibility violations (the dark palette's contrast; the light one's is the
+    phone's, below); then the reader's palette switch. One load serves them all: a load and axe's
+    run are most of a view's cost."""
+    viewport = DESKTOP_VIEW[0]
+    reader, page = open_view(new_reader, base_url, path, DESKTOP_VIEW)
     for image in article_images(page):
         assert image["width"] > 0, f"image did not load: {image}"
         assert image["alt"].strip(), f"image without alt text: {image}"
@@ -127,11 +172,15 @@ def test_every_page_reads_well(reader, base_url, path):
         question.locator("summary").click()
         answer.wait_for(state="visible")
 
-    page.click("[data-md-component=palette] label:not([hidden])")  # the reader's own switch
-    page.wait_for_selector("body[data-md-color-scheme=slate]")
     filters = page.eval_on_selector_all(".lessonlib-figure img", "els => els.map(e => getComputedStyle(e).filter)")
     assert all(f != "none" for f in filters), "a figure is not restyled for the dark palette"
 
+    assert_fits(page, path, viewport, "desktop")
+    assert not (violations := serious_violations(page)), "\n".join(violations)
+    screenshot(request, page, path, "desktop-dark")
+
+    page.click("[data-md-component=palette] label:not([hidden])")  # the reader's own switch
+    page.wait_for_selector(f"body[data-md-color-scheme={SCHEMES['light']}]")
     assert not reader.errors, reader.errors
     assert reader.hosts <= {"127.0.0.1", "data"}, f"requests beyond this site: {reader.hosts}"
 
@@ -158,37 +207,15 @@ def test_the_lessons_offer_notebooks_and_knowledge_checks(site):
             assert re.search(r'<details class="question', built), f"{source.name}: no knowledge check"
 
 
-# Each page in two views that together cover both palettes and both widths: the colours
-# (contrast) follow the palette, what scrolls sideways follows the width.
-VIEWS = {"phone-light": (PHONE, "light"), "desktop-dark": (DESKTOP, "dark")}
-
-
-@pytest.mark.parametrize("view", VIEWS)
-@pytest.mark.parametrize("path", site_pages())
-def test_fits_the_screen_with_no_serious_accessibility_violations(new_reader, base_url, path, view, request):
-    viewport, scheme = VIEWS[view]
-    # The palette follows the reader's system preference (mkdocs.yml), emulated here.
-    page = new_reader(viewport=viewport, color_scheme=scheme).open(base_url + path)
-    assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme]
-    heading = page.locator("article h1").first
-    assert heading.is_visible(), f"{path}: no visible main heading on a {view}"
-    box = heading.bounding_box()
-    assert 0 <= box["x"] and box["x"] + box["width"] <= viewport["width"], f"{path}: heading cut off: {box}"
-    open_every_details(page)  # the answers too: wide math and code must scroll in their own boxes
-    width = page.evaluate("document.documentElement.scrollWidth")
-    assert width <= viewport["width"], f"{path} scrolls sideways on a {view}: {width}px wide"
-    assert not (violations := serious_violations(page)), "\n".join(violations)
-    if request.config.getoption("screenshots"):  # for a person to look at; seconds per long page
-        ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(ARTIFACTS / f"{path.strip('/').replace('/', '-') or 'home'}-{view}.png"), full_page=True)
-
-
 # The smallest text of every figure on view, in CSS px as rendered. A figure is an <img> of an SVG
 # (lessonlib.engine.worker.svg), in which matplotlib writes each text (a group "text_N") as a
 # <text>, not as glyph outlines (svg.fonttype "none"): the SVG, drawn inline off-screen at the
 # image's rendered size, gives each one's font size times the scale its viewBox and transforms
-# apply. An SVG inline in the page (none yet) is measured where it is.
-FIGURE_TEXT = """async () => {
+# apply. Every figure's SVG goes in at once, each in a box of its own (one layout of the page, not one
+# per figure; their ids may repeat, which no size depends on, and matplotlib sets each text's font on
+# the text itself). An SVG inline in the page (none yet) is measured where it is. With `images`
+# false, the inline SVGs alone.
+FIGURE_TEXT = """async images => {
     const smallest = svg => {
         const outlined = [...svg.querySelectorAll('g[id^=text_]')].filter(g => !g.querySelector('text'));
         if (outlined.length) return {outlined: outlined.length};
@@ -198,28 +225,40 @@ FIGURE_TEXT = """async () => {
         });
         return {px: sizes.length ? Math.min(...sizes) : null};
     };
-    const figures = [];
-    for (const img of document.querySelectorAll('article img')) {
-        const box = img.getBoundingClientRect();
-        if (!box.width) continue;  // not on view
-        const file = await (await fetch(img.currentSrc)).text();
-        const svg = new DOMParser().parseFromString(file, 'image/svg+xml').documentElement;
+    const shown = [...(images ? document.querySelectorAll('article img') : [])]
+        .map(img => [img, img.getBoundingClientRect()]).filter(([, box]) => box.width);  // on view
+    const files = await Promise.all(shown.map(async ([img]) => (await fetch(img.currentSrc)).text()));
+    const host = document.createElement('div');  // every figure's SVG at once: the page is laid out once
+    host.style.cssText = 'position: absolute; left: -100000px; top: 0; visibility: hidden';
+    const drawn = shown.map(([img, box], i) => {
+        const svg = new DOMParser().parseFromString(files[i], 'image/svg+xml').documentElement;
         svg.setAttribute('width', box.width);
         svg.setAttribute('height', box.height);
-        const host = document.createElement('div');
-        host.style.cssText = 'position: absolute; left: -100000px; top: 0; visibility: hidden';
-        host.append(document.importNode(svg, true));
-        document.body.append(host);
-        figures.push({figure: img.currentSrc.split('/').pop().slice(0, 40), width: box.width, ...smallest(host.firstChild)});
-        host.remove();
-    }
+        const holder = document.createElement('div');  // each in a box of its own, one under the other
+        holder.append(document.importNode(svg, true));
+        host.append(holder);
+        return holder.firstChild;
+    });
+    document.body.append(host);
+    const figures = shown.map(([img, box], i) => (
+        {figure: img.currentSrc.split('/').pop().slice(0, 40), width: box.width, ...smallest(drawn[i])}));
+    host.remove();
     for (const svg of document.querySelectorAll('article svg'))
         if (svg.querySelector('text')) figures.push({figure: 'inline SVG', ...smallest(svg)});
     return figures;
 }"""
 
-# Every exploration's frames on view at once, laid out as each is when it is the one shown.
-EVERY_FRAME = "() => document.querySelectorAll('.lessonlib-exploration__frame').forEach(f => f.classList.add('is-current'))"
+# What FIGURE_TEXT measures an <img> by, and all the palette could change of it: the file shown and
+# the size it is drawn at. An SVG in an <img> is a document of its own, out of the page's stylesheets'
+# reach, so with the same file at the same size its text is the same size.
+FIGURE_IMAGES = """() => [...document.querySelectorAll('article img')].map(img => {
+    const box = img.getBoundingClientRect(); return [img.currentSrc, box.width, box.height]; })"""
+
+# Every exploration's frames on view at once, laid out as each is when it is the one shown; and back.
+EVERY_FRAME = """() => document.querySelectorAll('.lessonlib-exploration__frame:not(.is-current)')
+    .forEach(f => { f.classList.add('is-current'); f.dataset.everyFrame = ''; })"""
+ONE_FRAME = """() => document.querySelectorAll('[data-every-frame]')
+    .forEach(f => { f.classList.remove('is-current'); delete f.dataset.everyFrame; })"""
 
 # What scrolls sideways in its own box (figures, display maths), and whether the keyboard reaches it.
 SCROLLERS = """() => [...document.querySelectorAll('article :is(.lessonlib-figure, div.arithmatex)')]
@@ -230,25 +269,46 @@ SCROLLERS = """() => [...document.querySelectorAll('article :is(.lessonlib-figur
 MIN_FIGURE_TEXT_PX = 9
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-@pytest.mark.parametrize("path", site_pages())
-def test_figures_and_formulas_read_on_a_360px_phone(new_reader, base_url, path, scheme):
-    """On a 360-px phone, in either palette, the smallest text of every figure renders at 9 CSS px
-    or more (a wide figure keeps its size and scrolls sideways in its own box), and a long formula
-    scrolls in its own box: neither widens the page, and the keyboard reaches both."""
-    page = new_reader(viewport=NARROW_PHONE, color_scheme=scheme).open(base_url + path)
-    assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme]
-    open_every_details(page)
-    width = page.evaluate("document.scrollingElement.scrollWidth")
-    assert width <= NARROW_PHONE["width"], f"{path} scrolls sideways at 360 px: {width}px wide"
+def assert_formulas_and_figures_scroll_in_reachable_boxes(page, path, scheme) -> None:
     for box in page.evaluate(SCROLLERS):
-        assert box["overflow"] in ("auto", "scroll") and box["focusable"], f"{path}: {box}"
+        assert box["overflow"] in ("auto", "scroll") and box["focusable"], f"{path} ({scheme}): {box}"
+
+
+def assert_figure_text_reads(page, path, scheme, images=True) -> None:
     page.evaluate(EVERY_FRAME)
-    figures = page.evaluate(FIGURE_TEXT)
+    figures = page.evaluate(FIGURE_TEXT, images)
     outlined = [f for f in figures if "outlined" in f]
     assert not outlined, f"{path}: text drawn as outlines, which this test cannot measure: {outlined}"
     small = [f for f in figures if f["px"] is not None and f["px"] < MIN_FIGURE_TEXT_PX]
-    assert not small, f"{path}: figure text under {MIN_FIGURE_TEXT_PX} px at 360 px: {small}"
+    assert not small, f"{path} ({scheme}): figure text under {MIN_FIGURE_TEXT_PX} px at 360 px: {small}"
+
+
+@pytest.mark.parametrize("path", site_pages())
+def test_on_a_360px_phone_it_fits_reads_and_has_no_serious_accessibility_violations(new_reader, base_url, path, request):
+    """On a 360-px phone, in the light palette: the page fits the screen (no sideways scrolling,
+    the heading on view) with no serious accessibility violations; the smallest text of every
+    figure renders at 9 CSS px or more (a wide figure keeps its size and scrolls sideways in its
+    own box), and a long formula scrolls in its own box: neither widens the page, and the keyboard
+    reaches both. Then in the dark palette, by the reader's own switch on the same load: still no
+    sideways scrolling, the same scrolling boxes reachable, every figure the same file at the same
+    size (so its text the same size: FIGURE_IMAGES), and any inline SVG measured again.
+    (The dark palette's contrast is axe's on the desktop, test_every_page_reads_well_and_fits_...)"""
+    viewport = PHONE_VIEW[0]
+    _, page = open_view(new_reader, base_url, path, PHONE_VIEW)
+    assert_fits(page, path, viewport, "360-px phone")
+    assert not (violations := serious_violations(page)), "\n".join(violations)
+    screenshot(request, page, path, "phone-light")
+    assert_formulas_and_figures_scroll_in_reachable_boxes(page, path, "light")
+    assert_figure_text_reads(page, path, "light")
+    light = page.evaluate(FIGURE_IMAGES)
+    page.evaluate(ONE_FRAME)
+
+    page.click("[data-md-component=palette] label:not([hidden])")
+    page.wait_for_selector(f"body[data-md-color-scheme={SCHEMES['dark']}]")
+    assert_no_sideways_scrolling(page, path, viewport, "360-px phone in the dark palette")
+    assert_formulas_and_figures_scroll_in_reachable_boxes(page, path, "dark")
+    assert_figure_text_reads(page, path, "dark", images=False)  # inline SVGs only; the images:
+    assert page.evaluate(FIGURE_IMAGES) == light, f"{path}: a figure's file or size changes with the palette"
 
 
 def test_search_finds_the_forget_gate(reader, base_url):
