@@ -226,4 +226,4 @@ def _reads_lessons(item: pytest.Item) -> bool:
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     screenshots = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
     if config.getoption("screenshots") and screenshots.is_dir():
-        terminalreporter.write_line(f"browser screenshots (desktop and 390-px phone): {screenshots}")
+        terminalreporter.write_line(f"browser screenshots (a dark desktop and a light 360-px phone): {screenshots}")
