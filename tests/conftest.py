@@ -190,6 +190,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--fresh-notebooks", action="store_true",
                      help="also run every downloadable notebook in a fresh venv (tests/test_downloaded_notebooks.py; "
                           "about 20 minutes on 2 cores: scripts/check_notebooks)")
+    parser.addoption("--course-on-cluster", action="store_true",
+                     help="also build the whole course on a real Dask cluster (tests/test_course_on_cluster.py, "
+                          "the slow tier: scripts/check_cluster, which CI runs after the suite)")
     parser.addoption("--screenshots", action="store_true",
                      help="save a full-page screenshot of every page in each browser view, to look at "
                           "(test-artifacts/screenshots)")
@@ -214,6 +217,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for page, filler in itertools.zip_longest(pages, fillers):
         ordered += [item for item in (page, filler) if item is not None]
     items[:] = ordered + others[len(fillers):] + readers
+    if not config.getoption("course_on_cluster"):  # skipped before its fixtures (the site) are set up
+        slow = pytest.mark.skip(reason="the course built on a cluster is the slow tier, outside the suite's "
+                                       "budget: scripts/check_cluster (pytest --course-on-cluster) runs it, and CI runs that")
+        for item in items:
+            if item.get_closest_marker("course_on_cluster"):
+                item.add_marker(slow)
     if os.environ.get(PREBUILT_SITE):  # its files are no test's inputs: a pass on it vouches for no other run
         for item in readers:
             item.add_marker("never_reused")

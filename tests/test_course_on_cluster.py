@@ -1,17 +1,17 @@
 """The course itself, built on a real multi-process Dask cluster started as the README says
-(`dask scheduler`, then `dask worker ADDRESS --nworkers 2 --nthreads 1`, non-daemonic): the same
-site as the build here.
+(tests/cluster_support.py): the same site as the build here.
 
-It runs after the lesson pages (lesson_results), in a cache folder of its own that holds a copy
-of the suite's memoized experiments: every page runs on the cluster, and its experiments come
-from the memo, so it costs about what the pages' own code costs. The experiments' joblib calls
-crossing a process cluster are test_engine_cluster's (on tiny protocols), where nothing is memoized.
+The slow tier, outside the suite's budget: `./scripts/check_cluster` (pytest --course-on-cluster)
+runs it, and CI runs that after the suite. Every page's code runs again on the cluster (about a
+minute of two cores); the engine's side of it, a site built on a real cluster byte for byte, is in
+the suite on a fixture site (test_engine_doors.py). It runs after the lesson pages, in a cache
+folder of its own that holds a copy of the suite's memoized experiments, so it costs about what
+the pages' own code costs. The experiments' joblib calls crossing a process cluster are
+test_engine_cluster's (on tiny protocols), where nothing is memoized.
 """
 from __future__ import annotations
 
 import filecmp
-import json
-import os
 import shutil
 import subprocess
 import sys
@@ -19,48 +19,22 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from distributed import Client
+from cluster_support import dask_cluster as started_cluster
 from fixture_sites import environment
-from site_support import DATED, differences, kill_quietly, until
+from site_support import DATED, differences
 
 from lessonlib.engine.config import CACHE_DIR, SCHEDULER, load_settings
 from lessonlib.engine.worker.blocks import parse_page
 
-# Reused locally like any test whose inputs are unchanged (CI runs it every time): what it checks,
-# the course's pages giving the same site on a cluster, follows from the checkout. The cluster's
-# timing-dependent behaviour (its window, a lost scheduler, a stopped build) is test_engine_cluster's,
-# which never reuses a pass.
-pytestmark = pytest.mark.lesson_results
+pytestmark = [pytest.mark.lesson_results, pytest.mark.course_on_cluster]
 ROOT = Path(__file__).resolve().parents[1]
 BOUND_S = 1800  # stops a build that would otherwise hang; never a measure of speed
 
 
 @pytest.fixture
 def dask_cluster(tmp_path) -> Iterator[str]:
-    """A `dask scheduler` process and a `dask worker` process with two single-threaded,
-    non-daemonic worker processes, as the README starts them; the scheduler's address."""
-    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
-    dask = [sys.executable, "-m", "dask"]
-    file, log = tmp_path / "scheduler.json", (tmp_path / "cluster.log").open("w")
-    processes = [subprocess.Popen([*dask, "scheduler", "--scheduler-file", str(file), "--host", "127.0.0.1",
-                                   "--port", "0", "--dashboard-address", ":0"], env=env, stdout=log, stderr=log)]
-    try:
-        until(lambda: file.exists() and file.read_text().endswith("}"), "the scheduler to start", 120)
-        address = json.loads(file.read_text())["address"]
-        processes.append(subprocess.Popen([*dask, "worker", address, "--nworkers", "2", "--nthreads", "1",
-                                           "--memory-limit", "0"], env=env, stdout=log, stderr=log))
-        with Client(address, set_as_default=False) as client:
-            client.wait_for_workers(2, timeout=120)
+    with started_cluster(tmp_path) as address:
         yield address
-    finally:
-        for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                kill_quietly([process.pid])
-        log.close()
 
 
 def test_the_course_built_on_a_multi_process_cluster_is_the_site_built_here(tmp_path, site, dask_cluster):

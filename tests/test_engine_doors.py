@@ -2,6 +2,7 @@
 on small fixture sites built in a temporary folder."""
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import re
 import shutil
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from cluster_support import dask_cluster, pages_run_on
 from fixture_sites import GOOD, LESSONLIB, build_process, cli_process, command, environment, make_site
 from site_support import DATED, differences, gone, tree, until
+
+from lessonlib.engine.config import SCHEDULER
 
 
 def test_build_runs_pages_and_writes_their_notebooks(tmp_path, build):
@@ -140,24 +144,38 @@ SAME_SITE = {"index.md": "# Home\n", **{f"p{n}.md": RANDOM_PAGE.format(n=n) for 
 PRELOAD = "cache_dir: .cache\n      preload: [numpy, torch, matplotlib.pyplot]\n"
 
 
-# MkDocs stamps the sitemap with the build date; everything else must be byte-identical. The
-# cluster's build is compared the same way (test_engine_cluster.py), beside its scheduler.
+# MkDocs stamps the sitemap with the build date; everything else must be byte-identical, however
+# the pages ran: in processes with other hash seeds, one or three at a time, or on a real
+# multi-process Dask cluster (ON_A_CLUSTER: the cluster's address, started for that case alone).
+ON_A_CLUSTER = "the address of a cluster started for the test"
+
+
 @pytest.mark.parametrize("first, second", [
     ({"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}),  # a process each, its own hash seed: set order shows
     ({"LESSONLIB_WORKERS": "1"}, {"LESSONLIB_WORKERS": "3"}),  # one page at a time, or three at once
-], ids=["hash-seeds", "workers"])
+    ({}, {SCHEDULER: ON_A_CLUSTER}),  # here, or on `dask scheduler` + `dask worker --nworkers 2`
+], ids=["hash-seeds", "workers", "cluster"])
 def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path, first, second):
-    trees = []
-    for name, variables in (("a", first), ("b", second)):
-        site = make_site(tmp_path / name, SAME_SITE)
-        (site / "mkdocs.yml").write_text((site / "mkdocs.yml").read_text().replace("cache_dir: .cache\n", PRELOAD))
-        result = build_process(site, **variables)
-        assert result.returncode == 0, result.stderr
-        assert "3 pages: 3 ran, 0 from cache" in result.stderr, result.stderr  # cold
-        trees.append(site / "site")
-    assert "with 3 workers" in result.stderr or "LESSONLIB_WORKERS" not in second, result.stderr
-    differing = set(differences(filecmp.dircmp(trees[0], trees[1])))
+    with contextlib.ExitStack() as cluster:
+        if second.get(SCHEDULER) == ON_A_CLUSTER:
+            second = {SCHEDULER: cluster.enter_context(dask_cluster(tmp_path))}
+        trees = [_cold_build(tmp_path / "a", first), _cold_build(tmp_path / "b", second)]
+        if SCHEDULER in second:
+            assert pages_run_on(second[SCHEDULER]) == 3
+    differing = set(differences(filecmp.dircmp(*trees)))
     assert differing <= DATED, differing - DATED
+
+
+def _cold_build(folder: Path, variables: dict[str, str]) -> Path:
+    """SAME_SITE built from an empty cache, with the course's preload, in a process of its own."""
+    site = make_site(folder, SAME_SITE)
+    (site / "mkdocs.yml").write_text((site / "mkdocs.yml").read_text().replace("cache_dir: .cache\n", PRELOAD))
+    result = build_process(site, **variables)
+    assert result.returncode == 0, result.stderr
+    assert "3 pages: 3 ran, 0 from cache" in result.stderr, result.stderr
+    if variables.get("LESSONLIB_WORKERS", "1") != "1":
+        assert f"with {variables['LESSONLIB_WORKERS']} workers" in result.stderr, result.stderr
+    return site / "site"
 
 
 def test_a_run_killed_while_its_page_runs_leaves_the_page_to_run_again(tmp_path, lessonlib_cli):
