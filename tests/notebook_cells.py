@@ -2,7 +2,9 @@
 a fresh kernel of this venv, and what a cell printed."""
 from __future__ import annotations
 
+import os
 import re
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,10 +60,28 @@ def solved(path: Path, parts: dict[str, str], replace: dict[str, tuple[str, str]
     return nb
 
 
+def _client(nb: nbformat.NotebookNode, folder: Path, timeout: int) -> NotebookClient:
+    """A client of a fresh kernel started in `folder`. Kernel "python3" is ipykernel's own spec,
+    whose argv "python" jupyter_client replaces by sys.executable: this venv's interpreter. The
+    kernel is killed once its outputs are read: asked to exit, it took a second or more on a busy
+    machine."""
+    return NotebookClient(nb, timeout=timeout, kernel_name="python3", shutdown_kernel="immediate",
+                          resources={"metadata": {"path": str(folder)}})
+
+
+@contextmanager
+def _own_temp() -> Iterator[dict[str, str]]:
+    """The environment for a kernel that is killed: what it would remove at exit (the folder of
+    a memoized call that ran, lessonlib-reads-*) goes to a temporary folder of its own, removed
+    here once the kernel is gone (in /tmp: a Unix socket's path in it has at most 107 bytes)."""
+    with tempfile.TemporaryDirectory(prefix="kernel-") as temp:
+        yield {**os.environ, "TMPDIR": temp}
+
+
 def execute(nb: nbformat.NotebookNode, folder: Path, timeout: int = 300) -> nbformat.NotebookNode:
-    """Run every cell in a fresh kernel started in `folder`. Kernel "python3" is ipykernel's own
-    spec, whose argv "python" jupyter_client replaces by sys.executable: this venv's interpreter."""
-    NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    """Run every cell in a fresh kernel started in `folder`."""
+    with _own_temp() as env:
+        _client(nb, folder, timeout).execute(env=env)
     return nb
 
 
@@ -71,8 +91,7 @@ def kernel(folder: Path, timeout: int = 300) -> Iterator[Callable[[nbformat.Note
     CellExecutionError at the first that fails, as `execute` does. The runs share the kernel's
     state, so each must define what it uses (a whole notebook from its first cell does); it saves
     a kernel's start and its imports per run."""
-    client = NotebookClient(nbformat.v4.new_notebook(), timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(folder)}})
+    client = _client(nbformat.v4.new_notebook(), folder, timeout)
 
     def run(nb: nbformat.NotebookNode) -> None:
         client.nb = nb  # where execute_cell stores each executed cell
@@ -80,7 +99,7 @@ def kernel(folder: Path, timeout: int = 300) -> Iterator[Callable[[nbformat.Note
             if cell.cell_type == "code":
                 client.execute_cell(cell, index)
 
-    with client.setup_kernel():
+    with _own_temp() as env, client.setup_kernel(env=env):
         yield run
 
 

@@ -7,13 +7,15 @@ carry nothing of this course, and a broken page must be named at its line. The c
 MkDocs' own theme, not Material: in a browser its exploration shows one frame at a time, as on
 this course's site (the engine's stylesheets are scoped to its own classes, not to Material's).
 
-The environment is made once for the module (the fixture `course`): installing needs the package
-registry (pip's cache makes it quick after the first time). The seconds each step took are printed
+The environment and the course's cold and warm builds are made once per test run (the fixture
+`course`), however many pytest-xdist workers run these tests: installing needs the package registry
+(pip's cache makes it quick after the first time). The seconds each step took are printed
 (`pytest -s`); no test depends on them."""
 from __future__ import annotations
 
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -21,11 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from browser_support import Reader
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "lessonlib" / "engine" / "assets"  # what the plugin must add to every site
@@ -120,11 +123,10 @@ BROKEN_LINE = 5  # the raise, counted in the Markdown file
 
 @dataclass
 class Course:
-    root: Path  # the course's folder: mkdocs.yml, docs/
+    root: Path  # the course's folder: mkdocs.yml, docs/, the built site/
     python: Path  # the fresh environment's interpreter
     cache: Path  # LESSONLIB_CACHE_DIR for its builds
-    seconds: dict[str, float] = field(default_factory=dict)
-    builds: dict[str, subprocess.CompletedProcess] = field(default_factory=dict)
+    builds: dict[str, subprocess.CompletedProcess]  # the cold and the warm build
 
     def run(self, *args: str, cwd: Path | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
         """A command of the fresh environment, in the course's folder, with none of this
@@ -136,12 +138,22 @@ class Course:
         return subprocess.run([str(self.python), *args], cwd=cwd or self.root, env=env, capture_output=True,
                               text=True, timeout=timeout)
 
-    def build(self, name: str) -> subprocess.CompletedProcess:
-        started = time.perf_counter()
-        result = self.run("-m", "mkdocs", "build", "--strict")
-        self.seconds[f"build {name}"] = time.perf_counter() - started
-        self.builds[name] = result
-        return result
+    def build(self) -> subprocess.CompletedProcess:
+        return self.run("-m", "mkdocs", "build", "--strict")
+
+    def copy(self, folder: Path) -> Course:
+        """The course's files, site and cache copied into `folder`, with the same environment: for
+        a test that writes into them, since the other tests, in any worker, read the originals."""
+        shutil.copytree(self.root, folder / "course")
+        shutil.copytree(self.cache, folder / "cache")
+        return replace(self, root=folder / "course", cache=folder / "cache")
+
+
+BUILDS = "builds.json"  # in the made course's folder: the logs of its builds, written last
+
+
+def _course(base: Path, builds: dict[str, subprocess.CompletedProcess]) -> Course:
+    return Course(base / "course", base / "venv" / "bin" / "python", base / "cache", builds)
 
 
 def _timed(seconds: dict[str, float], name: str, args: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -152,11 +164,9 @@ def _timed(seconds: dict[str, float], name: str, args: list[str], **kwargs) -> s
     return result
 
 
-@pytest.fixture(scope="module")
-def course(tmp_path_factory) -> Course:
-    """The wheel of this checkout, installed with its pins into a fresh venv; the course's files;
-    its builds, cold then warm (the tests read them)."""
-    base = tmp_path_factory.mktemp("second-course")
+def _make(base: Path) -> None:
+    """Into `base`: the wheel of this checkout, installed with its pins into a fresh venv; the
+    course's files; its builds, cold then warm, their logs written last to BUILDS."""
     seconds: dict[str, float] = {}
     # The wheel, built from a copy of the package: setuptools writes build/ and an egg-info
     # beside the sources it builds, which must not land in the checkout.
@@ -170,22 +180,41 @@ def course(tmp_path_factory) -> Course:
     venv = base / "venv"
     started = time.perf_counter()
     _timed(seconds, "venv", [sys.executable, "-m", "venv", "--without-pip", str(venv)])
-    python = venv / "bin" / "python"
     # This checkout's pip installs into it (pip --python): quicker than a pip of its own.
-    _timed(seconds, "install", [sys.executable, "-m", "pip", "--python", str(python), "install", "--quiet",
-                                "-c", str(ROOT / "constraints.txt"), str(wheel), "matplotlib"])
+    _timed(seconds, "install", [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                                "--quiet", "-c", str(ROOT / "constraints.txt"), str(wheel), "matplotlib"])
     seconds["venv + install"] = time.perf_counter() - started
 
-    root = base / "course"
-    (root / "docs").mkdir(parents=True)
-    (root / "mkdocs.yml").write_text(MKDOCS_YML)
+    course = _course(base, {})
+    (course.root / "docs").mkdir(parents=True)
+    (course.root / "mkdocs.yml").write_text(MKDOCS_YML)
     for name, text in PAGES.items():
-        (root / "docs" / name).write_text(text)
-    made = Course(root, python, base / "cache", seconds)
-    made.build("cold")
-    made.build("warm")
-    yield made
-    print("\nsecond course, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in made.seconds.items()))
+        (course.root / "docs" / name).write_text(text)
+    builds = {}
+    for name in ("cold", "warm"):
+        started = time.perf_counter()
+        builds[name] = vars(course.build())  # args, returncode, stdout, stderr
+        seconds[f"build {name}"] = time.perf_counter() - started
+    (base / BUILDS).write_text(json.dumps(builds))
+    print("\nsecond course, seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
+
+
+@pytest.fixture(scope="session")
+def course(tmp_path_factory) -> Course:
+    """The second course, made once per test run: the first pytest-xdist worker to ask makes it,
+    under a lock the workers share, and the others wait for it and reuse it (its venv cannot
+    move: its scripts name its path). The tests only read it; one that writes works on a copy
+    (Course.copy). An attempt that failed is not kept: the next worker to ask starts again."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the run's folder, above each worker's own
+    base = shared / "second-course"
+    with FileLock(shared / "second-course.lock"):
+        if not (base / BUILDS).exists():
+            shutil.rmtree(base, ignore_errors=True)  # what a failed attempt left
+            _make(base)
+    builds = json.loads((base / BUILDS).read_text())
+    return _course(base, {name: subprocess.CompletedProcess(**build) for name, build in builds.items()})
 
 
 def _log(result: subprocess.CompletedProcess) -> str:
@@ -259,14 +288,11 @@ def test_the_site_carries_nothing_of_this_course(course):
     assert "Sequences to Attention" not in (site / "index.html").read_text()
 
 
-def test_a_broken_page_fails_the_build_at_its_line_and_leaves_the_site_as_it_was(course):
+def test_a_broken_page_fails_the_build_at_its_line_and_leaves_the_site_as_it_was(course, tmp_path):
+    course = course.copy(tmp_path)
     before = (course.root / "site" / "index.html").read_bytes()
-    broken = course.root / "docs" / "broken.md"
-    broken.write_text(BROKEN)
-    try:
-        result = course.build("broken")
-    finally:
-        broken.unlink()
+    (course.root / "docs" / "broken.md").write_text(BROKEN)
+    result = course.build()
     assert result.returncode != 0
     assert f"docs/broken.md:{BROKEN_LINE}: ValueError: the second course's broken page" in _log(result), _log(result)
     assert (course.root / "site" / "index.html").read_bytes() == before
