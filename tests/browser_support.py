@@ -91,9 +91,9 @@ SAMPLE = """selector => {
 CONTRAST_READS = (":not(.highlight, .highlight *, math, math *, table:not([class]), table:not([class]) *,"
                   " .char-model__shaded [title]), [data-axe-sample]")
 
-AXE_RUN = """async selector => {
+AXE_RUN = """async ([selector, within]) => {
     axe.configure({rules: [{id: 'color-contrast', selector}]});
-    return (await axe.run(document, {resultTypes: ['violations']})).violations;
+    return (await axe.run(within || document, {resultTypes: ['violations']})).violations;
 }"""
 
 
@@ -105,11 +105,12 @@ def inject_axe(page) -> None:
         page.evaluate(Axe().axe_script)
 
 
-def serious_violations(page) -> list[str]:
-    """axe-core's violations of impact serious or critical on the page as it is now, one line each."""
+def serious_violations(page, within: str | None = None) -> list[str]:
+    """axe-core's violations of impact serious or critical on the page as it is now, one line each:
+    on the whole page, or on the part `within` selects (a test that changed that part alone)."""
     inject_axe(page)
     page.evaluate(SAMPLE, SAMPLED)
-    violations = page.evaluate(AXE_RUN, CONTRAST_READS)
+    violations = page.evaluate(AXE_RUN, [CONTRAST_READS, within])
     lines = []
     for v in violations:
         if v["impact"] in ("serious", "critical"):
