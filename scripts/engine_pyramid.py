@@ -49,6 +49,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("in process", "worker", "subprocess")
 OUT = "--engine-pyramid-out"
+# tests/conftest.py's session warm-up, autouse: every pytest process starts the pages' template once,
+# before its first test, as a build does. It counts for no test: what a test starts itself does.
+WARM_UP = {"page_template"}
 
 # --- the plugin (loaded by pytest as `-p engine_pyramid`) -------------------------------------
 
@@ -170,7 +173,9 @@ def pytest_runtest_protocol(item, nextitem):
         yield
     with _lock:
         started = list(recorder)
-        for defs in getattr(item, "_fixtureinfo").name2fixturedefs.values():
+        for name, defs in getattr(item, "_fixtureinfo").name2fixturedefs.items():
+            if name in WARM_UP:
+                continue
             for fixturedef in defs:
                 started.extend(_fixtures.get(id(fixturedef), []))
         kinds = {kind for kind, _ in started}

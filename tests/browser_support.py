@@ -54,7 +54,7 @@ class Reader:
 # token in a heading, a link, a subscript or a tinted box looks otherwise); every other rule reads all.
 # Nothing there is drawn with opacity, a text shadow or a picture behind, which a look leaves out; nor
 # is a widget's table sampled: it may paint behind its text from a sibling, which no ancestor shows.
-SAMPLED = ".highlight code span, math *, table:not([class]) *"
+SAMPLED = ".highlight *, math *, table:not([class]) *"
 
 # axe judges no text of one character, nor one of symbols alone, nor one not drawn (as in a closed
 # <details>): the sample is the drawn element whose own text has the most letters and digits.
@@ -82,12 +82,10 @@ SAMPLE = """selector => {
 
 # What axe's contrast rule reads: everything but code blocks, math and Markdown's tables, and the
 # samples. One axe run does every rule (a second run for contrast alone cost each view a second walk
-# of the whole page): the contrast rule's own selector leaves the rest out. A code block's title and
-# line numbers are left out with it, unread as before: read, they fail (the title's link in the dark
-# palette, 4.12:1; the code pages' line numbers in the light one, 4.47:1), to be fixed first. Also
-# left out: the language model's shaded characters (one per span), which axe cannot judge - one
-# character is too short a text, and a 1.1:1 shading passes it as "incomplete" -
-# tests/test_browser_model.py checks their contrast itself.
+# of the whole page): the contrast rule's own selector leaves the rest out. Also left out: the
+# language model's shaded characters (one per span), which axe cannot judge - one character is too
+# short a text, and a 1.1:1 shading passes it as "incomplete" - tests/test_browser_model.py checks
+# their contrast itself.
 CONTRAST_READS = (":not(.highlight, .highlight *, math, math *, table:not([class]), table:not([class]) *,"
                   " .char-model__shaded [title]), [data-axe-sample]")
 
