@@ -10,14 +10,12 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 from fixture_sites import make_site
-from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from notebook_cells import execute, printed
 
@@ -264,16 +262,7 @@ def test_the_exported_lesson_reproduces_the_page_in_a_fresh_kernel(lesson, monke
     shutil.copytree(settings.cache_dir / "memo", memo, ignore=shutil.ignore_patterns("*.lock", "*.tmp"))
     monkeypatch.setenv("LESSONLIB_CACHE_DIR", str(memo.parent))
     memo_entries = sorted(memo.glob("*.json"))
-    # Its outputs read, the kernel is killed rather than asked to exit (it waited seconds on its
-    # own shutdown), so what it would remove at exit (a scratch folder) is in a temporary folder
-    # of its own, removed here (short: a socket's path under it has at most 107 bytes).
-    temp = Path(tempfile.mkdtemp(prefix="kernel-"))
-    monkeypatch.setenv("TMPDIR", str(temp))
-    try:
-        NotebookClient(notebook, timeout=600, kernel_name="python3", shutdown_kernel="immediate",
-                       resources={"metadata": {"path": str(lesson.parent)}}).execute()
-    finally:
-        shutil.rmtree(temp)
+    execute(notebook, lesson.parent, timeout=600)
     assert sorted(memo.glob("*.json")) == memo_entries, "the kernel ran memoized calls again instead of reusing the page's results"
 
     blocks = [(b, out) for b, out in zip(result.page.blocks, result.outputs.blocks) if b.kind == "exec"]
