@@ -24,7 +24,7 @@ import pytest
 from lessonlib.engine.builder import cache as cache_module
 from lessonlib.engine.builder.page import PACKAGE_ROOT, execute_page, execute_pages
 from lessonlib.engine.config import Settings
-from lessonlib.engine.worker import store
+from lessonlib.engine.worker import inputs, store
 from lessonlib.engine.worker.errors import LessonError, WriteError
 from lessonlib.engine.worker.inputs import Manifest
 from lessonlib.engine.worker.outputs import BlockOutput, PageOutputs
@@ -186,6 +186,24 @@ def test_bumping_a_library_the_page_uses_reruns_it_and_bumping_a_test_tool_rerun
     again = execute_pages([(page, PATH)], settings, report=reasons.append)[0]
     assert not again.from_cache and runs(log) == 2
     assert any("installed distribution fakelib changed" in r for r in reasons), reasons
+
+
+@pytest.mark.parametrize("listed_in", ["top_level.txt", "RECORD"])  # RECORD alone: as hatchling and flit install
+def test_a_distribution_is_known_by_the_top_level_packages_it_installs(tmp_path, monkeypatch, listed_in):
+    tag = uuid.uuid4().hex[:8]  # names no earlier test of this process fingerprinted
+    package, neighbour = f"lib{tag}", f"lib{tag}_extra"  # a name that starts another's is not it
+    for dist, version, packages in [(f"dist{tag}", "1.0", [package]), (f"other{tag}", "2.0", [neighbour])]:
+        info = tmp_path / f"{dist}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n\nName: not this\n")
+        if listed_in == "top_level.txt":
+            (info / "top_level.txt").write_text("\n".join(packages) + "\n")
+        else:
+            (info / "RECORD").write_text("".join(f"{p}/__init__.py,sha256=x,1\n{p}/data.txt,,\n" for p in packages)
+                                         + f"{info.name}/METADATA,,\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert inputs.distributions({package, "no_such_package"}) == {f"dist{tag}": "1.0"}
+    assert inputs.distributions({neighbour}) == {f"other{tag}": "2.0"}
 
 
 def test_bumping_a_library_reruns_a_memoized_call_that_uses_it_and_nothing_else(tmp_path, settings, site):
