@@ -145,24 +145,31 @@ PRELOAD = "cache_dir: .cache\n      preload: [numpy, torch, matplotlib.pyplot]\n
 
 
 # MkDocs stamps the sitemap with the build date; everything else must be byte-identical, however
-# the pages ran: in processes with other hash seeds, one or three at a time, or on a real
-# multi-process Dask cluster (ON_A_CLUSTER: the cluster's address, started for that case alone).
+# the pages ran: in processes with another hash seed, three at a time, or on a real multi-process
+# Dask cluster (ON_A_CLUSTER: the cluster's address, started for that case alone). Each case
+# changes one of these from the one reference build: one hash seed, one page at a time, here.
 ON_A_CLUSTER = "the address of a cluster started for the test"
+REFERENCE = {"PYTHONHASHSEED": "1", "LESSONLIB_WORKERS": "1"}
 
 
-@pytest.mark.parametrize("first, second", [
-    ({"PYTHONHASHSEED": "1"}, {"PYTHONHASHSEED": "2"}),  # a process each, its own hash seed: set order shows
-    ({"LESSONLIB_WORKERS": "1"}, {"LESSONLIB_WORKERS": "3"}),  # one page at a time, or three at once
-    ({}, {SCHEDULER: ON_A_CLUSTER}),  # here, or on `dask scheduler` + `dask worker --nworkers 2`
+@pytest.fixture(scope="module")
+def reference_build(tmp_path_factory) -> Path:
+    return _cold_build(tmp_path_factory.mktemp("reference"), REFERENCE)
+
+
+@pytest.mark.parametrize("change", [
+    {"PYTHONHASHSEED": "2"},  # a process each, its own hash seed: set order shows
+    {"LESSONLIB_WORKERS": "3"},  # three pages at once
+    {SCHEDULER: ON_A_CLUSTER},  # on `dask scheduler` + `dask worker --nworkers 2`
 ], ids=["hash-seeds", "workers", "cluster"])
-def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path, first, second):
+def test_two_cold_builds_are_byte_identical_apart_from_the_dated_sitemap(tmp_path, reference_build, change):
     with contextlib.ExitStack() as cluster:
-        if second.get(SCHEDULER) == ON_A_CLUSTER:
-            second = {SCHEDULER: cluster.enter_context(dask_cluster(tmp_path))}
-        trees = [_cold_build(tmp_path / "a", first), _cold_build(tmp_path / "b", second)]
-        if SCHEDULER in second:
-            assert pages_run_on(second[SCHEDULER]) == 3
-    differing = set(differences(filecmp.dircmp(*trees)))
+        if change.get(SCHEDULER) == ON_A_CLUSTER:
+            change = {SCHEDULER: cluster.enter_context(dask_cluster(tmp_path))}
+        tree = _cold_build(tmp_path / "b", {**REFERENCE, **change})
+        if SCHEDULER in change:
+            assert pages_run_on(change[SCHEDULER]) == 3
+    differing = set(differences(filecmp.dircmp(reference_build, tree)))
     assert differing <= DATED, differing - DATED
 
 
