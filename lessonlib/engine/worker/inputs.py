@@ -386,9 +386,9 @@ def referenced_modules(namespaces: Iterable[dict]) -> set[str]:
 
 
 def distributions(packages: Iterable[str]) -> dict[str, str | None]:
-    """The installed distributions that provide these top-level packages, with their versions.
-    (importlib.metadata.packages_distributions() maps every package of every distribution: a
-    fifth of a second in each page's process.)"""
+    """The installed distributions that provide these top-level packages, with their versions:
+    each distribution is asked for these names alone, where importlib.metadata.packages_distributions()
+    would map every package of every installed distribution, in each page's process."""
     wanted = set(packages)
     names = {_header(dist).get("Name") for dist in importlib.metadata.distributions() if _provides(dist, wanted)}
     return {name: _first_seen("dists", name, "") for name in sorted(names - {None})}
