@@ -116,14 +116,16 @@ def _let_go(client: Client, running: list, seconds: float) -> bool:
 
 
 def _connect(scheduler: str) -> Client:
-    """A client of the scheduler, or a SetupError in one line within CONNECT_SECONDS. Dask's Client
+    """A client of the scheduler, or a SetupError in one line within CONNECT_SECONDS (one more for a
+    peer that takes the connection and then says nothing). Dask's Client
     waits forever on a peer that takes the connection but never answers as a Dask server does (an
     HTTP server): the peer is first asked what it is, under a deadline that leaves nothing running."""
     where = f"{SCHEDULER} or the scheduler option"
     scheduler_address(where, scheduler)  # Settings checked it at the build's start; a direct caller too
     unreachable = f"{where}: cannot reach the Dask scheduler {scheduler} within {CONNECT_SECONDS} s"
+    asked = CONNECT_SECONDS + 1  # the connection's own deadline, then a read
     try:
-        peer = asyncio.run(asyncio.wait_for(_identity(scheduler), CONNECT_SECONDS + 1))  # connect's own, then a read
+        peer = asyncio.run(asyncio.wait_for(_identity(scheduler), asked))
     except TimeoutError:
         peer = {}
     except Exception as e:  # noqa: BLE001 (any failure to connect is said in one line)
@@ -131,7 +133,7 @@ def _connect(scheduler: str) -> Client:
     if peer.get("type") == "Worker":
         raise SetupError(f"{where}: {scheduler} is a Dask worker's address; its scheduler's is {peer.get('scheduler')}")
     if peer.get("type") != "Scheduler":
-        raise SetupError(f"{unreachable} (it did not answer as a Dask scheduler does)")
+        raise SetupError(f"{where}: {scheduler} did not answer as a Dask scheduler does within {asked} s")
     try:
         with _quiet_unraisable():  # a half-made Client's __del__ would print a traceback
             return Client(scheduler, timeout=CONNECT_SECONDS, set_as_default=False)
