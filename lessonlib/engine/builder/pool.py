@@ -41,8 +41,9 @@ from lessonlib.engine.worker.process import PAGE_ENVIRONMENT, PageJob
 
 GUARD = "lessonlib.engine.guard"  # always imported first in the template (template_modules)
 # Then the worker's own code, for the libraries it imports (joblib, psutil, and the Markdown parser
-# it loads on first use): a page's time limit is the page's, never spent importing the engine. The
-# guard drops lessonlib's modules in each worker, which imports them again, fresh, at a fraction of the cost.
+# it loads on first use): a page's time limit is the page's, never spent importing the engine.
+# The guard drops lessonlib's modules in each worker, which imports them again, fresh, at a
+# fraction of the cost.
 WORKER = ("lessonlib.engine.worker.process", "lessonlib.engine.worker.session", "markdown_it")
 POLL_SECONDS = 0.2  # how often memory and deadlines are checked
 GRACE_SECONDS = 1.0  # between asking a worker to stop and killing it
