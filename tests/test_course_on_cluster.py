@@ -2,9 +2,9 @@
 (tests/cluster_support.py): the same site as the build here.
 
 The slow tier, outside the suite's budget: `./scripts/check_cluster` (pytest --course-on-cluster)
-runs it, and CI runs that after the suite. Every page's code runs again on the cluster (about a
-minute of two cores); the engine's side of it, a site built on a real cluster byte for byte, is in
-the suite on a fixture site (test_engine_doors.py). It runs after the lesson pages, in a cache
+runs it, and CI runs that after the suite. Every page's code runs again on the cluster; the
+engine's side of it, a site built on a real cluster byte for byte, is in the suite on a fixture
+site (test_engine_doors.py). It runs after the lesson pages, in a cache
 folder of its own that holds a copy of the suite's memoized experiments, so it costs about what
 the pages' own code costs. The experiments' joblib calls crossing a process cluster are
 test_engine_cluster's (on tiny protocols), where nothing is memoized.
