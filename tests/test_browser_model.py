@@ -28,7 +28,7 @@ TOLERANCE = 1e-4
 READY = "() => document.querySelector('.char-model').dataset.charModelReady"
 
 # What axe reads after a test that changes the widget alone: the page around it is read whole, as
-# loaded, by the site's per-page tests (a dark desktop and a light 360-px phone: each palette, each width).
+# loaded, by the site's per-page test (a dark desktop, then a light 360-px phone: each palette, each width).
 WIDGET = ".char-model"
 PREDICTIONS = "+document.querySelector('.char-model').dataset.predictions"  # moves once per prediction shown
 LONG = "To be, or not to be. " * 500  # 10,500 characters

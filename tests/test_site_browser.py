@@ -87,23 +87,21 @@ def test_lesson_1s_old_address_leads_to_the_lesson_that_holds_the_section(reader
     assert not reader.errors, reader.errors
 
 
-# Each page in two views that together cover both palettes and both widths: the colours
-# (contrast) follow the palette, what scrolls sideways follows the width. The phone is the narrowest
-# the course is read on, 360 px: Material's layout changes at 400 px (25em) and up and ours at 720 px,
-# so any phone up to 400 px wide gets the same fluid layout, only wider, and what fits 360 px fits
-# them too. One load of each view serves every check of it (a load and axe's run are most of a
-# view's cost): the desktop's in test_every_page_reads_well_and_..., the phone's in test_on_a_360px_phone_...
-PHONE_VIEW, DESKTOP_VIEW = (NARROW_PHONE, "light"), (DESKTOP, "dark")
+# Each page is read on one load, in the views that together cover both palettes and both widths:
+# the colours (contrast) follow the palette, what scrolls sideways follows the width. A desktop reader
+# who prefers the dark palette opens it; then the window narrows to a phone's and the reader switches
+# to the light palette, as a reader may. The phone is the narrowest the course is read on, 360 px:
+# Material's layout changes at 400 px (25em) and up and ours at 720 px, so any phone up to 400 px wide
+# gets the same fluid layout, only wider, and what fits 360 px fits them too. A load and axe's run
+# are most of a view's cost; a load at phone width with the light preference is the model widget's
+# (tests/test_browser_model.py).
 
 
-def open_view(new_reader, base_url, path, view):
-    """A reader with the view's screen and palette preference, and the page it opens: the palette
-    follows the reader's system preference (mkdocs.yml), emulated here."""
-    viewport, scheme = view
-    reader = new_reader(viewport=viewport, color_scheme=scheme)
-    page = reader.open(base_url + path)
-    assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme], "the palette is not the reader's"
-    return reader, page
+def resize(page, viewport) -> None:
+    """The window to `viewport`, once a11y.js has re-checked what now scrolls sideways."""
+    checks = int(page.get_attribute("html", "data-lessonlib-checks"))
+    page.set_viewport_size(viewport)
+    page.wait_for_function(f"() => +document.documentElement.dataset.lessonlibChecks > {checks}")
 
 
 def assert_fits(page, path, viewport, view) -> None:
@@ -135,16 +133,21 @@ def article_images(page) -> list[dict]:
 
 
 @pytest.mark.parametrize("path", site_pages())
-def test_every_page_reads_well_and_fits_a_dark_desktop_with_no_serious_accessibility_violations(
+def test_every_page_reads_well_on_a_dark_desktop_and_a_light_360px_phone_with_no_serious_accessibility_violations(
         new_reader, base_url, path, request):
-    """One visit per page, on a desktop whose reader prefers the dark palette, checks what it shows:
-    its images, its math, its notebook downloads, its knowledge checks, its figures restyled for
-    the dark palette; then that it fits the screen (no sideways scrolling, the heading on view) with
-    no serious accessibility violations (the dark palette's contrast; the light one's is the
-    phone's, below, which also works the reader's palette switch). One load serves them all: a
-    load and axe's run are most of a view's cost."""
-    viewport = DESKTOP_VIEW[0]
-    reader, page = open_view(new_reader, base_url, path, DESKTOP_VIEW)
+    """On a desktop whose reader prefers the dark palette: its images, its math, its notebook
+    downloads, its knowledge checks, its figures restyled for the dark palette; that it fits the
+    screen (no sideways scrolling, the heading on view) with no serious accessibility violations.
+    Narrowed to a 360-px phone: it still fits; the smallest text of every figure renders at 9 CSS
+    px or more (a wide figure keeps its size and scrolls sideways in its own box), and a long
+    formula scrolls in its own box: neither widens the page, and the keyboard reaches both. Then in
+    the light palette, by the reader's own switch: still no sideways scrolling, the same scrolling
+    boxes reachable, no serious accessibility violations (the light palette's contrast), every
+    figure the same file at the same size (so its text the same size: FIGURE_IMAGES), and any
+    inline SVG measured again."""
+    reader = new_reader(viewport=DESKTOP, color_scheme="dark")
+    page = reader.open(base_url + path)
+    assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES["dark"], "the palette is not the reader's"
     for image in article_images(page):
         assert image["width"] > 0, f"image did not load: {image}"
         assert image["alt"].strip(), f"image without alt text: {image}"
@@ -175,11 +178,37 @@ def test_every_page_reads_well_and_fits_a_dark_desktop_with_no_serious_accessibi
     filters = page.eval_on_selector_all(".lessonlib-figure img", "els => els.map(e => getComputedStyle(e).filter)")
     assert all(f != "none" for f in filters), "a figure is not restyled for the dark palette"
 
-    assert_fits(page, path, viewport, "desktop")
+    assert_fits(page, path, DESKTOP, "desktop")  # opens every <details>: the answers' math and code too
     assert not (violations := serious_violations(page)), "\n".join(violations)
     screenshot(request, page, path, "desktop-dark")
+
+    phone = "360-px phone"
+    resize(page, NARROW_PHONE)
+    assert_fits(page, path, NARROW_PHONE, phone)
+    assert_formulas_and_figures_scroll_in_reachable_boxes(page, path, "dark")
+    assert_figure_text_reads(page, path, "dark")
+    dark = page.evaluate(FIGURE_IMAGES)
+    page.evaluate(ONE_FRAME)
+
+    page.click("[data-md-component=palette] label:not([hidden])")
+    page.wait_for_selector(f"body[data-md-color-scheme={SCHEMES['light']}]")
+    assert_no_sideways_scrolling(page, path, NARROW_PHONE, f"{phone} in the light palette")
+    assert_formulas_and_figures_scroll_in_reachable_boxes(page, path, "light")
+    assert not (violations := serious_violations(page)), "\n".join(violations)
+    screenshot(request, page, path, "phone-light")
+    assert_figure_text_reads(page, path, "light", images=False)  # inline SVGs only; the images:
+    assert page.evaluate(FIGURE_IMAGES) == dark, f"{path}: a figure's file or size changes with the palette"
     assert not reader.errors, reader.errors
     assert reader.hosts <= {"127.0.0.1", "data"}, f"requests beyond this site: {reader.hosts}"
+
+
+def test_the_accessibility_check_names_serious_violations_and_no_others(reader):
+    """What the test above asserts empty can fill: faint text and an image without alt text are
+    named (axe: serious, critical); a page without landmarks or a main heading (moderate) is not."""
+    reader.page.set_content('<html lang="en"><head><title>Faint</title></head><body>'
+                            '<p style="color: #aaa; background: #fff">Faint words on white</p>'
+                            '<img src="data:image/gif;base64,R0lGODlhAQABAAAAACw="></body></html>')
+    assert sorted(line.split()[1] for line in serious_violations(reader.page)) == ["color-contrast", "image-alt"]
 
 
 def wait_for_notebook_styles(page) -> None:
@@ -278,34 +307,6 @@ def assert_figure_text_reads(page, path, scheme, images=True) -> None:
     assert not outlined, f"{path}: text drawn as outlines, which this test cannot measure: {outlined}"
     small = [f for f in figures if f["px"] is not None and f["px"] < MIN_FIGURE_TEXT_PX]
     assert not small, f"{path} ({scheme}): figure text under {MIN_FIGURE_TEXT_PX} px at 360 px: {small}"
-
-
-@pytest.mark.parametrize("path", site_pages())
-def test_on_a_360px_phone_it_fits_reads_and_has_no_serious_accessibility_violations(new_reader, base_url, path, request):
-    """On a 360-px phone, in the light palette: the page fits the screen (no sideways scrolling,
-    the heading on view) with no serious accessibility violations; the smallest text of every
-    figure renders at 9 CSS px or more (a wide figure keeps its size and scrolls sideways in its
-    own box), and a long formula scrolls in its own box: neither widens the page, and the keyboard
-    reaches both. Then in the dark palette, by the reader's own switch on the same load: still no
-    sideways scrolling, the same scrolling boxes reachable, every figure the same file at the same
-    size (so its text the same size: FIGURE_IMAGES), and any inline SVG measured again.
-    (The dark palette's contrast is axe's on the desktop, test_every_page_reads_well_and_fits_...)"""
-    viewport = PHONE_VIEW[0]
-    _, page = open_view(new_reader, base_url, path, PHONE_VIEW)
-    assert_fits(page, path, viewport, "360-px phone")
-    assert not (violations := serious_violations(page)), "\n".join(violations)
-    screenshot(request, page, path, "phone-light")
-    assert_formulas_and_figures_scroll_in_reachable_boxes(page, path, "light")
-    assert_figure_text_reads(page, path, "light")
-    light = page.evaluate(FIGURE_IMAGES)
-    page.evaluate(ONE_FRAME)
-
-    page.click("[data-md-component=palette] label:not([hidden])")
-    page.wait_for_selector(f"body[data-md-color-scheme={SCHEMES['dark']}]")
-    assert_no_sideways_scrolling(page, path, viewport, "360-px phone in the dark palette")
-    assert_formulas_and_figures_scroll_in_reachable_boxes(page, path, "dark")
-    assert_figure_text_reads(page, path, "dark", images=False)  # inline SVGs only; the images:
-    assert page.evaluate(FIGURE_IMAGES) == light, f"{path}: a figure's file or size changes with the palette"
 
 
 def test_search_finds_the_forget_gate(reader, base_url):

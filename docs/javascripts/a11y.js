@@ -27,6 +27,14 @@
     if (dialog && !dialog.hasAttribute("aria-label")) dialog.setAttribute("aria-label", "Search");
   }
 
+  // Something on view in the box that takes focus brings the box's scroll along with it; one of
+  // our scrollers (a wide table inside a wide figure) scrolls itself, not the box, and one in a
+  // closed <details> takes no focus.
+  function reachableWithin(box) {
+    return [...box.querySelectorAll(FOCUSABLE)]
+      .some((element) => !("lessonlibScroller" in element.dataset) && element.getClientRects().length > 0);
+  }
+
   function scrollsSideways(box) {
     const overflow = getComputedStyle(box).overflowX;
     return (overflow === "auto" || overflow === "scroll") && box.scrollWidth > box.clientWidth;
@@ -38,7 +46,7 @@
     for (const box of document.querySelectorAll(CANDIDATES)) {
       const ours = "lessonlibScroller" in box.dataset;
       if (scrollsSideways(box)) {
-        if (ours || box.hasAttribute("tabindex") || box.querySelector(FOCUSABLE)) continue;
+        if (ours || box.hasAttribute("tabindex") || reachableWithin(box)) continue;
         box.tabIndex = 0;
         // a figure (or an exploration's frame, a list item) keeps its own role
         if (!box.matches(".lessonlib-figure")) box.setAttribute("role", "group");
