@@ -39,6 +39,7 @@ from lessonlib.engine.builder.publish import Staging, in_site
 from lessonlib.engine.builder.render import figure_files, fill_html_slots
 from lessonlib.engine.builder.search_memo import memoize_search
 from lessonlib.engine.builder.stylesheets import FOLDER, shared_stylesheets
+from lessonlib.engine.builder.templates import cache_compiled_templates
 from lessonlib.engine.builder.wheel import CONSTRAINTS, DOWNLOADS, read_project, wheel_bytes
 from lessonlib.engine.config import LessonConfig, settings_from
 from lessonlib.engine.worker.blocks import read_page
@@ -187,6 +188,10 @@ class LessonPlugin(BasePlugin[LessonConfig]):
         except SetupError as e:
             raise PluginError(str(e)) from None
         config.site_dir = str(self.staging.path)
+
+    @event_priority(-100)  # after other plugins' filters: what the templates compile against
+    def on_env(self, env, config, files):
+        return cache_compiled_templates(env)
 
     def on_page_markdown(self, markdown, page, config, files):
         if not page.file.src_uri.endswith(".md") or page.file.generated_by:  # a notebook, a code page
