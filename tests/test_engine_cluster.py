@@ -300,7 +300,7 @@ def test_a_daemonic_worker_is_one_line_naming_the_setting(tmp_path):
 def test_a_worker_that_cannot_see_the_project_is_one_line(tmp_path):
     """Checked on the worker before the page starts; here as on a machine without the shared folder."""
     job = PageJob(path="docs/p.md", text="", root=str(tmp_path / "elsewhere"), source_roots=(), cache_dir=None,
-                  refresh=False, output_limit=1024, stack_file="", environment="", cores=1, variables=())
+                  refresh=False, output_limit=1024, stack_file="", temp="", environment="", cores=1, variables=())
     problem = cluster._unfit("tcp://10.0.0.2:4000", Task(job, parse_page("", "docs/p.md"), timeout=1))
     assert problem and f"cannot see {tmp_path / 'elsewhere' / 'docs'}" in problem and "\n" not in problem
     (tmp_path / "elsewhere" / "docs").mkdir(parents=True)

@@ -6,6 +6,7 @@ turn a failure into a success: not exit(), not a crash, not a swallowed timeout.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 from fault_pages import FAULTS, PATH
@@ -43,6 +44,22 @@ def test_the_memory_limit_ends_the_page_at_its_line(tmp_path):
         execute_page(page, PATH, Settings(root=tmp_path, memory_limit_mb=1000))
     # caught while allocating (line 3) or while holding it (line 4), as the 0.2 s polls fall
     assert info.value.line in (3, 4) and info.value.message.startswith("used more than the page's memory limit of 1,000 MB")
+
+
+def test_a_page_ended_from_outside_leaves_no_temporary_files(settings, tmp_path_factory):
+    """What the page and the engine made in the temporary folder (a folder of the page's own, the
+    page's scratch, the folder that records what its processes read) goes with the run, however
+    the page ended: here by its time limit, in a sleep, where no code of the page runs again."""
+    made = tmp_path_factory.mktemp("outside") / "made.txt"  # outside the project: a page may write there
+    page = ("```python exec timeout=2\nimport os, tempfile, time\nimport lessonlib\n"
+            "reads = os.path.dirname(os.environ['PYTHONPATH'].split(os.pathsep)[0])\n"
+            f"open({str(made)!r}, 'w').write(f'{{tempfile.mkdtemp()}} {{lessonlib.scratch()}} {{reads}}')\n"
+            "time.sleep(60)\n```\n")
+    with pytest.raises(LessonError, match="timed out"):
+        execute_page(page, PATH, settings)
+    folders = made.read_text().split()
+    assert len(folders) == 3 and "lessonlib-reads-" in folders[2], folders
+    assert not [folder for folder in folders if Path(folder).exists()], folders
 
 
 def test_one_failing_page_does_not_stop_the_others_and_each_is_reported(settings):

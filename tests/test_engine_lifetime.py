@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from fixture_sites import environment, make_site
@@ -23,7 +24,10 @@ from lessonlib.engine.worker.errors import LessonError
 SPINNER = """\
 ```python exec
 import json, os, subprocess
+import tempfile
 sleeper = subprocess.Popen(["sleep", "1000"], start_new_session=True)
+with open({temp!r}, "w") as f:
+    f.write(tempfile.mkdtemp())
 with open({pids!r}, "w") as f:
     json.dump({{"worker": os.getpid(), "forkserver": os.getppid(), "sleeper": sleeper.pid}}, f)
 while True:
@@ -34,8 +38,11 @@ while True:
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
 def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
-    pids_file = tmp_path / "pids.json"
-    site = make_site(tmp_path / "site", {"index.md": "# Home\n", "spin.md": SPINNER.format(pids=str(pids_file))})
+    """The forkserver, the page's process and what it started end with the build on any signal,
+    and so does the temporary folder the page made, which a killed build cannot remove itself."""
+    pids_file, temp_file = tmp_path / "pids.json", tmp_path / "temp.txt"
+    site = make_site(tmp_path / "site", {"index.md": "# Home\n",
+                                         "spin.md": SPINNER.format(pids=str(pids_file), temp=str(temp_file))})
     # a process: the signal ends the build itself
     def default_action() -> None:  # even where the suite inherited SIGHUP ignored (nohup); SIGKILL has no other
         if sig != signal.SIGKILL:
@@ -51,6 +58,7 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
         # ended by the signal, not by the spinning block's timeout
         assert build.wait() in (-sig, 128 + sig), f"the build exited with {build.returncode}"
         until(lambda: all(map(gone, pids)), "the forkserver, the worker and its sleeper to end", bound_s=60)
+        assert not Path(temp_file.read_text()).exists(), "the page's temporary folder was left"
     finally:
         kill_quietly(pids)
 

@@ -195,7 +195,7 @@ SNEAKY = {
     # another way to spell a path in the project
     "/proc/self/cwd": "open('/proc/self/cwd/new.txt', 'w')" + MARK,
     "//": "import os\nopen('/' + os.path.abspath('new.txt'), 'w')" + MARK,
-    "..": "import lessonlib\nopen(f'{{lessonlib.scratch()}}/../..{docs}/new.txt', 'w')" + MARK,
+    "..": "import lessonlib\nup = '/..' * len(lessonlib.scratch().parts)  # to /\nopen(f'{{lessonlib.scratch()}}{{up}}{docs}/new.txt', 'w')" + MARK,
     "dir_fd": ("import os, lessonlib\nfd = os.open('.', os.O_RDONLY)\nos.chdir(lessonlib.scratch())\n"
                "os.open('new.txt', os.O_WRONLY | os.O_CREAT, dir_fd=fd)" + MARK),
     "rename with dir_fds": (

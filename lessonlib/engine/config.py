@@ -198,6 +198,12 @@ def build_pid() -> str | None:
     return os.environ.get(BUILD_PID)
 
 
+def pages_temp_prefix(build: int | str) -> str:
+    """How the name of a build's folder for its pages' temporary files starts, in tempfile's
+    folder: the forkserver removes the folders of a build that was killed (lessonlib.engine.guard)."""
+    return f"lessonlib-pages-{build}-"
+
+
 @functools.cache
 def _lesson_config() -> type:
     from mkdocs.config import base

@@ -1,8 +1,8 @@
 """Imported first in the forkserver (and only there: importing it installs it), the process the
 page workers are forked from (see lessonlib.engine.builder.pool): it ends every process under it,
 workers and whatever their pages started, when the build ends in any way (SIGKILL included:
-the kernel tells it), or when it is sent SIGTERM or SIGHUP, then exits. It is their
-subreaper, so none escapes by a new session.
+the kernel tells it), or when it is sent SIGTERM or SIGHUP, then exits; a build that is gone
+leaves its pages' temporary folders to it. It is their subreaper, so none escapes by a new session.
 
 In each worker forked from it, the signals are theirs again and lessonlib's modules leave
 sys.modules: a worker imports the project's code itself, fresh, so none is stale (mkdocs serve
@@ -10,11 +10,14 @@ keeps the forkserver from build to build).
 """
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 import signal
 import sys
+import tempfile
 
-from lessonlib.engine.config import build_pid
+from lessonlib.engine.config import build_pid, pages_temp_prefix
 from lessonlib.engine.worker import lifetime
 
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -22,6 +25,11 @@ _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 def _end_everything(signum: int, frame: object) -> None:
     lifetime.end_processes(os.getpid(), include_root=False)
+    build = build_pid()
+    if build and build != str(os.getppid()):  # the build is gone: it removes its folders itself unless killed
+        pattern = os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(pages_temp_prefix(build)) + "*")
+        for folder in glob.glob(pattern):
+            shutil.rmtree(folder, ignore_errors=True)
     os._exit(128 + signum)
 
 

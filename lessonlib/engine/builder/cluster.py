@@ -23,6 +23,7 @@ import contextlib
 import functools
 import itertools
 import multiprocessing
+import os
 import sys
 import tempfile
 import threading
@@ -39,7 +40,7 @@ from distributed.security import Security
 
 from lessonlib.engine.builder import pool
 from lessonlib.engine.builder.pool import Outcome, Task
-from lessonlib.engine.config import SCHEDULER, scheduler_address
+from lessonlib.engine.config import SCHEDULER, pages_temp_prefix, scheduler_address
 from lessonlib.engine.worker import cluster_calls
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
@@ -234,8 +235,9 @@ def run_page(task: Task, memory_limit_mb: float | None, build: str, preload: tup
     _keep_template(preload)
     key = worker.get_current_task()
     secede()  # the page's process waits here: the thread is free for its joblib tasks (process._joblib_on)
-    with tempfile.TemporaryDirectory(prefix="lessonlib-stack-") as folder:  # the build's folder is on its host
-        job = replace(task.job, stack_file=str(Path(folder, "page.stack")))
+    # the build's folder is on its host: the page's stack and temporary folders go in one here
+    with tempfile.TemporaryDirectory(prefix=pages_temp_prefix(os.getpid()), ignore_cleanup_errors=True) as folder:
+        job = replace(task.job, stack_file=str(Path(folder, "page.stack")), temp=folder)
         stop = functools.partial(_unwanted, worker, key)
 
         def at_line(_: Task, line: int) -> None:

@@ -28,7 +28,7 @@ from lessonlib.engine.builder.cache import (
     prune,
 )
 from lessonlib.engine.builder.render import relocated, render
-from lessonlib.engine.config import SEED, Settings
+from lessonlib.engine.config import SEED, Settings, pages_temp_prefix
 from lessonlib.engine.worker.blocks import ParsedPage
 from lessonlib.engine.worker.cores import cpus
 from lessonlib.engine.worker.errors import LessonError, SetupError, WriteError
@@ -122,8 +122,10 @@ class _PagesRun:
         return cache_errors(self.settings.cache_dir) if self.settings.cache_dir else contextlib.nullcontext()
 
     def execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
-        with tempfile.TemporaryDirectory(prefix="lessonlib-stacks-") as stacks:
-            self.stacks = Path(stacks)  # each worker's Python stack, written when it crashes or is stopped
+        # Each worker's Python stack (written when it crashes or is stopped), and the temporary
+        # folders of its page: removed with the build, however each page ended.
+        with tempfile.TemporaryDirectory(prefix=pages_temp_prefix(os.getpid()), ignore_cleanup_errors=True) as temp:
+            self.temp = Path(temp)
             self._execute(todo, results)
 
     def _execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
@@ -266,10 +268,10 @@ class _PagesRun:
 
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))
-        stack = self.stacks / f"{page_key(page, self.environment)[:16]}.stack"
+        stack = self.temp / f"{page_key(page, self.environment)[:16]}.stack"
         return PageJob(path=page.path, text="".join(page.lines), root=str(self.settings.root), source_roots=roots,
                        cache_dir=cache_dir, refresh=self.settings.refresh,
-                       output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack),
+                       output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack), temp=str(self.temp),
                        environment=self.environment, cores=self._cores(), variables=tuple(os.environ.items()),
                        keep_going=self.settings.keep_going,
                        publish_limit=int(self.settings.publish_limit_mb * 2**20), scheduler=self.settings.scheduler)
