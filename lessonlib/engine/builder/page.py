@@ -270,8 +270,8 @@ class _PagesRun:
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))
         stack = self.temp / f"{page_key(page, self.environment)[:16]}.stack"
         return PageJob(path=page.path, text="".join(page.lines), root=str(self.settings.root), source_roots=roots,
-                       cache_dir=cache_dir, refresh=self.settings.refresh,
-                       output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack), temp=str(self.temp),
+                       cache_dir=cache_dir, refresh=self.settings.refresh, temp=str(self.temp),
+                       output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack),
                        environment=self.environment, cores=self._cores(), variables=tuple(os.environ.items()),
                        keep_going=self.settings.keep_going,
                        publish_limit=int(self.settings.publish_limit_mb * 2**20), scheduler=self.settings.scheduler)

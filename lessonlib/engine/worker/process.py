@@ -55,7 +55,7 @@ class PageJob:
     refresh: bool  # run memoized calls again too
     output_limit: int  # bytes per block
     stack_file: str  # where the worker writes its Python stack on a crash or when asked
-    temp: str  # the build's folder for what the page makes in temporary folders: removed with the build, however the page ended
+    temp: str  # the build's folder for the page's temporary folders: removed with the build, however the page ended
     environment: str  # the environment fingerprint, for memo keys
     cores: int  # the build's `workers`: the most processes the page's experiments may start
     variables: tuple[tuple[str, str], ...]  # the build's environment variables now (the template's are older)
