@@ -7,7 +7,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 CHROMIUM = Path("/usr/bin/chromium")
-PHONE, DESKTOP = {"width": 390, "height": 844}, {"width": 1280, "height": 900}
+DESKTOP = {"width": 1280, "height": 900}
 NARROW_PHONE = {"width": 360, "height": 800}  # the narrowest screen the course is read on
 SCHEMES = {"light": "default", "dark": "slate"}  # the reader's preference -> Material's palette
 TIMEOUT_MS = 60_000  # for any state to arrive, on a loaded machine

@@ -19,7 +19,7 @@ import json
 import re
 
 import pytest
-from browser_support import CHROMIUM, SCHEMES, serious_violations, shading_contrast_problems
+from browser_support import CHROMIUM, NARROW_PHONE, SCHEMES, serious_violations, shading_contrast_problems
 
 # the site tests' browser fixtures, shared: pytest finds a fixture by its name in this module
 
@@ -118,7 +118,7 @@ def wait_status(page, pattern: str) -> dict:
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_widget_by_keyboard_alone(new_reader, base_url, scheme):
-    reader = new_reader(viewport={"width": 360, "height": 800}, color_scheme=scheme)
+    reader = new_reader(viewport=NARROW_PHONE, color_scheme=scheme)
     page = reader.open(base_url + PAGE)
     assert page.get_attribute("body", "data-md-color-scheme") == SCHEMES[scheme]
     page.wait_for_function(READY)
@@ -204,7 +204,7 @@ def inside(page) -> dict:
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_a_heads_attention_by_keyboard(new_reader, base_url, scheme):
-    reader = new_reader(viewport={"width": 360, "height": 800}, color_scheme=scheme)
+    reader = new_reader(viewport=NARROW_PHONE, color_scheme=scheme)
     page = reader.open(base_url + PAGE)
     page.wait_for_function(READY)
     page.evaluate("() => { const p = document.querySelector('.char-model__prompt');"
