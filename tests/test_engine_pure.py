@@ -11,7 +11,7 @@ from nbformat import v4
 from lessonlib.engine.builder import claims
 from lessonlib.engine.builder.cache import page_key
 from lessonlib.engine.builder.notebook import to_notebook
-from lessonlib.engine.builder.render import checks_appendix, render
+from lessonlib.engine.builder.render import checks_appendix, checks_out_of_search, render
 from lessonlib.engine.worker.blocks import parse_page
 
 PATH = "docs/page.md"
@@ -59,6 +59,21 @@ def test_the_checks_appendix_quotes_each_claim_with_its_values_above_the_code_th
     appendix = checks_appendix(parse_page(PAGE, PATH), {"x + 1": "42"})
     assert "> The value, 42, is larger than forty, since one is added to forty-one." in appendix
     assert appendix == snapshot
+
+
+def test_search_indexes_the_page_but_not_its_checks_appendix():
+    import markdown
+    from material.plugins.search.plugin import Parser
+
+    page = parse_page(PAGE, PATH)
+    html = markdown.markdown(render(page, None, None), extensions=["admonition", "pymdownx.details",
+                                                                             "pymdownx.superfences"])
+    parser = Parser()
+    parser.feed(checks_out_of_search(html))
+    parser.close()
+    indexed = " ".join(part for section in parser.data for part in [*section.title, *section.text])
+    assert "is larger than forty, since one is added to forty-one" in indexed  # the sentence, where it stands
+    assert "Each sentence quoted below" not in indexed and "assert x + 1 &gt; 40" not in indexed
 
 
 def test_the_exported_notebook_is_a_setup_cell_then_the_pages_prose_and_code_in_order(snapshot):

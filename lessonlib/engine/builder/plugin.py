@@ -36,7 +36,7 @@ from lessonlib.engine.builder.mathml import leftover_tex, source_line, to_mathml
 from lessonlib.engine.builder.notebook import Install, colab_url, notebook_text, published_exercise
 from lessonlib.engine.builder.page import PageResult, execute_page, execute_pages
 from lessonlib.engine.builder.publish import Staging, in_site
-from lessonlib.engine.builder.render import figure_files, fill_html_slots
+from lessonlib.engine.builder.render import checks_out_of_search, figure_files, fill_html_slots
 from lessonlib.engine.builder.search_memo import memoize_search
 from lessonlib.engine.builder.stylesheets import FOLDER, shared_stylesheets
 from lessonlib.engine.builder.templates import cache_compiled_templates
@@ -258,6 +258,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             calls = {call.name: self._line_url(page, call.file, call.line)
                      for block in result.outputs.blocks for call in block.calls}
             html = source_pages.link_names(html, {name: url for name, url in calls.items() if url})
+            html = checks_out_of_search(html)
         html = to_mathml(html, self.memo)
         if page.file.src_uri.endswith(".ipynb"):  # an exercise: on_post_page writes its download
             notebook = Path(page.file.src_uri).name

@@ -77,13 +77,17 @@ def source_page(module: str, file: Path, repo_url: str = "", branch: str = "main
                   f"({kind})</td><td>{line}</td><td>{html.escape(summary)}</td></tr>"
                   for name, kind, line, summary in rows]
         lines += ["</tbody></table>", ""]
-    lines += [remember(text, lambda: highlighted(text)), ""]
+    # Search keeps the names and summaries above, not every line: the index is built in each
+    # reader's browser on every page load, and the listings were most of it. Not a <div>: Material's
+    # search lifts an exclusion when any <div> inside it closes, as the line numbers' does.
+    lines += ["<section data-search-exclude>" + remember(text, lambda: highlighted(text)) + "</section>", ""]
     return SourcePage(module, shown, f"{FOLDER}/{shown[:-3]}.md", _first_paragraph(tree), "\n".join(lines))
 
 
 def index_page(pages: list[SourcePage]) -> str:
     """The pages' index: every module, with the first line of its docstring."""
-    lines = ["# The code", "", "Every module behind the lessons, as the site was built from it.", ""]
+    lines = ["# The code", "", "Every module behind the lessons, as the site was built from it. Search finds a module by "
+             "the names it defines and what each is, not by every line of its code.", ""]
     for page in pages:
         lines.append(f"- [{page.module}]({posixpath.relpath(page.src_uri, FOLDER)}): {html.escape(page.summary)}")
     return "\n".join(lines) + "\n"
