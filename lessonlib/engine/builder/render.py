@@ -94,8 +94,8 @@ def checks_appendix(page: ParsedPage, values: dict[str, str] | None = None,
 def checks_out_of_search(html: str) -> str:
     """The page's HTML with its checks appendix (as pymdownx.details writes it) marked for the search
     index to leave out: its claims are the page's sentences said again, and its code is evidence."""
-    summary = f"<summary>{CHECKS_TITLE}</summary>"
-    return html.replace(f'<details class="info">\n{summary}', f'<details class="info" data-search-exclude>\n{summary}', 1)
+    opening = f'<details class="info">\n<summary>{CHECKS_TITLE}</summary>'
+    return html.replace(opening, opening.replace(">", " data-search-exclude>", 1), 1)
 
 
 def _as_said(sentence: claims.Sentence, page: ParsedPage, values: dict[str, str] | None,

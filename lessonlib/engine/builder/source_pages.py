@@ -86,8 +86,8 @@ def source_page(module: str, file: Path, repo_url: str = "", branch: str = "main
 
 def index_page(pages: list[SourcePage]) -> str:
     """The pages' index: every module, with the first line of its docstring."""
-    lines = ["# The code", "", "Every module behind the lessons, as the site was built from it. Search finds a module by "
-             "the names it defines and what each is, not by every line of its code.", ""]
+    lines = ["# The code", "", "Every module behind the lessons, as the site was built from it. Search finds a module "
+             "by the names it defines and what each is, not by every line of its code.", ""]
     for page in pages:
         lines.append(f"- [{page.module}]({posixpath.relpath(page.src_uri, FOLDER)}): {html.escape(page.summary)}")
     return "\n".join(lines) + "\n"
