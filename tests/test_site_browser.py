@@ -14,6 +14,7 @@ on the live language models (docs/javascripts/char-models.js: "true", or "failed
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -231,6 +232,21 @@ def test_the_lessons_offer_notebooks_and_knowledge_checks(site):
         assert re.search(rf'<a href="{source.stem}\.ipynb" download>', built), f"{source.name}: no notebook download"
         if source.suffix == ".md":
             assert re.search(r'<details class="question', built), f"{source.name}: no knowledge check"
+
+
+def test_the_search_index_holds_each_pages_prose_and_code_but_not_the_checks_or_the_code_listings(site):
+    """Every full page load builds the search index in the reader's browser: it holds what a reader
+    searches for (a lesson's prose and code, a module's names and what each is), not the checks
+    appendix (the page's sentences said again) or every line of a module."""
+    entries = json.loads((site.path / "search" / "search_index.json").read_text(encoding="utf-8"))["docs"]
+    text = {}
+    for entry in entries:
+        page = entry["location"].partition("#")[0]
+        text[page] = text.get(page, "") + entry["title"] + " " + entry["text"]
+    assert "forget gate" in text["lessons/gates-and-attention/"] and "<code>" in text["lessons/transformer/"]
+    assert "source_page (function)" in text["code/lessonlib/engine/builder/source_pages/"]
+    assert not [page for page, words in text.items() if "Each sentence quoted below is checked" in words]
+    assert not [page for page, words in text.items() if page.startswith("code/") and "<pre>" in words]
 
 
 # The smallest text of every figure on view, in CSS px as rendered. A figure is an <img> of an SVG
