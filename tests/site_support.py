@@ -1,6 +1,6 @@
 """Helpers for the engine tests that build fixture sites: waiting on a condition, a folder's
-bytes, how two built sites differ, and a build whose cache folder is a tiny (full) or read-only
-file system."""
+bytes, how two built sites differ, a build whose cache folder is a tiny (full) or read-only
+file system, and what Material's search indexes of a page's HTML."""
 from __future__ import annotations
 
 import filecmp
@@ -72,3 +72,13 @@ def differences(cmp: filecmp.dircmp, prefix: str = "") -> Iterator[str]:
     yield from (prefix + name for name in mismatch + errors)
     for name, sub in cmp.subdirs.items():
         yield from differences(sub, f"{prefix}{name}/")
+
+
+def indexed_text(html: str) -> str:
+    """The titles and text Material's search plugin keeps of `html` for its index, with its own parser."""
+    from material.plugins.search.plugin import Parser
+
+    parser = Parser()
+    parser.feed(html)
+    parser.close()
+    return " ".join(part for section in parser.data for part in [*section.title, *section.text])

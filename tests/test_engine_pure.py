@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from nbformat import v4
+from site_support import indexed_text
 
 from lessonlib.engine.builder import claims
 from lessonlib.engine.builder.cache import page_key
@@ -63,15 +64,10 @@ def test_the_checks_appendix_quotes_each_claim_with_its_values_above_the_code_th
 
 def test_search_indexes_the_page_but_not_its_checks_appendix():
     import markdown
-    from material.plugins.search.plugin import Parser
 
-    page = parse_page(PAGE, PATH)
-    html = markdown.markdown(render(page, None, None), extensions=["admonition", "pymdownx.details",
-                                                                             "pymdownx.superfences"])
-    parser = Parser()
-    parser.feed(checks_out_of_search(html))
-    parser.close()
-    indexed = " ".join(part for section in parser.data for part in [*section.title, *section.text])
+    markup = render(parse_page(PAGE, PATH), None, None)
+    html = markdown.markdown(markup, extensions=["admonition", "pymdownx.details", "pymdownx.superfences"])
+    indexed = indexed_text(checks_out_of_search(html))
     assert "is larger than forty, since one is added to forty-one" in indexed  # the sentence, where it stands
     assert "Each sentence quoted below" not in indexed and "assert x + 1 &gt; 40" not in indexed
 

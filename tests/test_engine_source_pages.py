@@ -6,6 +6,8 @@ import re
 import sys
 import types
 
+from site_support import indexed_text
+
 from lessonlib.engine.builder import source_pages
 from lessonlib.engine.worker.outputs import Reference
 from lessonlib.engine.worker.shown import defined_at
@@ -82,14 +84,9 @@ def test_the_functions_a_memo_option_names_are_found_where_they_are_defined():
 
 def test_search_finds_a_modules_names_and_summaries_but_not_each_line(tmp_path):
     import markdown
-    from material.plugins.search.plugin import Parser
 
     file = tmp_path / "cost.py"
     file.write_text('"""Counting cost."""\ndef count(fn):\n    """Steps and operations."""\n    tally_inside = 1\n')
-    page = source_pages.source_page("lessonlib.experiments.cost", file)
-    parser = Parser()
-    parser.feed(markdown.markdown(page.markdown))
-    parser.close()
-    indexed = " ".join(part for section in parser.data for part in [*section.title, *section.text])
+    indexed = indexed_text(markdown.markdown(source_pages.source_page("lessonlib.experiments.cost", file).markdown))
     assert "count" in indexed and "Steps and operations." in indexed
     assert "tally_inside" not in indexed

@@ -258,8 +258,7 @@ class LessonPlugin(BasePlugin[LessonConfig]):
             calls = {call.name: self._line_url(page, call.file, call.line)
                      for block in result.outputs.blocks for call in block.calls}
             html = source_pages.link_names(html, {name: url for name, url in calls.items() if url})
-            html = checks_out_of_search(html)
-        html = to_mathml(html, self.memo)
+        html = to_mathml(checks_out_of_search(html), self.memo)
         if page.file.src_uri.endswith(".ipynb"):  # an exercise: on_post_page writes its download
             notebook = Path(page.file.src_uri).name
             link = f'<a href="{notebook}" download>Download this exercise as a Jupyter notebook</a>'
