@@ -45,6 +45,7 @@ from lessonlib.engine.worker import cluster_calls
 from lessonlib.engine.worker.errors import LessonError, SetupError
 
 CONNECT_SECONDS = 5  # an unreachable scheduler is said this quickly
+ANSWER_SECONDS = 1  # ... and a peer that takes the connection but never answers as Dask does, this much later
 SAY_SECONDS = 30  # a build waiting on the cluster says what it waits for at least this often
 SETTLE_SECONDS = 10  # a stopped build waits this long for the workers to end its pages
 LET_GO_SECONDS = SETTLE_SECONDS + 2 * CONNECT_SECONDS  # ... and at most this long for the cluster to answer at all
@@ -117,14 +118,14 @@ def _let_go(client: Client, running: list, seconds: float) -> bool:
 
 
 def _connect(scheduler: str) -> Client:
-    """A client of the scheduler, or a SetupError in one line within CONNECT_SECONDS (one more for a
-    peer that takes the connection and then says nothing). Dask's Client waits forever on a peer
+    """A client of the scheduler, or a SetupError in one line within CONNECT_SECONDS (ANSWER_SECONDS
+    more for a peer that takes the connection and then says nothing). Dask's Client waits forever on a peer
     that takes the connection but never answers as a Dask server does (an HTTP server): the peer is
     first asked what it is, under a deadline that leaves nothing running."""
     where = f"{SCHEDULER} or the scheduler option"
     scheduler_address(where, scheduler)  # Settings checked it at the build's start; a direct caller too
     unreachable = f"{where}: cannot reach the Dask scheduler {scheduler} within {CONNECT_SECONDS} s"
-    asked = CONNECT_SECONDS + 1  # the connection's own deadline, then a read
+    asked = CONNECT_SECONDS + ANSWER_SECONDS  # the connection's own deadline, then a read
     try:
         peer = asyncio.run(asyncio.wait_for(_identity(scheduler), asked))
     except TimeoutError:
