@@ -119,9 +119,9 @@ def _let_go(client: Client, running: list, seconds: float) -> bool:
 
 def _connect(scheduler: str) -> Client:
     """A client of the scheduler, or a SetupError in one line within CONNECT_SECONDS (ANSWER_SECONDS
-    more for a peer that takes the connection and then says nothing). Dask's Client waits forever on a peer
-    that takes the connection but never answers as a Dask server does (an HTTP server): the peer is
-    first asked what it is, under a deadline that leaves nothing running."""
+    more for a peer that takes the connection and then says nothing). Dask's Client waits forever on
+    a peer that takes the connection but never answers as a Dask server does (an HTTP server): the
+    peer is first asked what it is, under a deadline that leaves nothing running."""
     where = f"{SCHEDULER} or the scheduler option"
     scheduler_address(where, scheduler)  # Settings checked it at the build's start; a direct caller too
     unreachable = f"{where}: cannot reach the Dask scheduler {scheduler} within {CONNECT_SECONDS} s"
