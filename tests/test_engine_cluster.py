@@ -163,10 +163,10 @@ def _ctrl_c_as_on_a_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _cli(site: Path, scheduler: str) -> subprocess.Popen:
+def _cli(site: Path, scheduler: str, **variables: str) -> subprocess.Popen:
     # PYTHONFAULTHANDLER: a build that hangs prints every thread's stack when _ended aborts it
     return subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=environment(**{SCHEDULER: scheduler}, PYTHONFAULTHANDLER="1"), text=True,
+                            env=environment(**{SCHEDULER: scheduler}, PYTHONFAULTHANDLER="1", **variables), text=True,
                             preexec_fn=_ctrl_c_as_on_a_terminal)
 
 
@@ -198,10 +198,11 @@ def _nothing_processing(client: Client) -> bool:
 
 # SIGTERM ends the build at once (the scheduler sees its client go); SIGINT makes it cancel its futures
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_a_stopped_build_leaves_no_page_running_on_the_cluster(tmp_path, client, scheduler, stop):
-    pids = tmp_path / "pids"
+def test_a_stopped_build_leaves_no_page_running_on_the_cluster_and_no_folder(tmp_path, client, scheduler, stop):
+    pids, temp = tmp_path / "pids", tmp_path / "temp"
     site = make_site(tmp_path / "site", {"held.md": _pid_page(pids, tmp_path / "never")})
-    build = _cli(site, scheduler)
+    temp.mkdir()
+    build = _cli(site, scheduler, TMPDIR=str(temp))
     try:
         until(lambda: _pids(pids), "the page to run on a worker", BOUND_S)
         build.send_signal(stop)
@@ -209,6 +210,7 @@ def test_a_stopped_build_leaves_no_page_running_on_the_cluster(tmp_path, client,
         (page,) = _pids(pids)
         until(lambda: gone(page), "the page's process to end with its build", BOUND_S)
         until(lambda: _nothing_processing(client), "the cluster to let go of the page", BOUND_S)
+        assert not list(temp.iterdir()), "the build left a temporary folder"
     finally:
         kill_quietly([build.pid, *_pids(pids)])
 

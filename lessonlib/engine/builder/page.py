@@ -123,9 +123,11 @@ class _PagesRun:
 
     def execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
         # Each worker's Python stack (written when it crashes or is stopped), and the temporary
-        # folders of its page: removed with the build, however each page ended.
-        with tempfile.TemporaryDirectory(prefix=pages_temp_prefix(os.getpid()), ignore_cleanup_errors=True) as temp:
-            self.temp = Path(temp)
+        # folders of its page: removed with the build, however each page ended. A page on a cluster
+        # gets one on its worker (cluster.run_page): here no forkserver would remove a killed build's.
+        with (contextlib.nullcontext("") if self.settings.scheduler else
+              tempfile.TemporaryDirectory(prefix=pages_temp_prefix(os.getpid()), ignore_cleanup_errors=True)) as temp:
+            self.temp = temp
             self._execute(todo, results)
 
     def _execute(self, todo: list[tuple[int, ParsedPage]], results: list) -> None:
@@ -268,10 +270,11 @@ class _PagesRun:
 
         cache_dir = str(self.settings.cache_dir) if self.settings.cache_dir else None
         roots = tuple(dict.fromkeys([str(self.settings.root), str(PACKAGE_ROOT)]))
-        stack = self.temp / f"{page_key(page, self.environment)[:16]}.stack"
+        # none on a cluster: cluster.run_page gives the page its stack file and folder on its worker
+        stack = str(Path(self.temp, f"{page_key(page, self.environment)[:16]}.stack")) if self.temp else ""
         return PageJob(path=page.path, text="".join(page.lines), root=str(self.settings.root), source_roots=roots,
-                       cache_dir=cache_dir, refresh=self.settings.refresh, temp=str(self.temp),
-                       output_limit=int(self.settings.output_limit_kb * 1024), stack_file=str(stack),
+                       cache_dir=cache_dir, refresh=self.settings.refresh, temp=self.temp,
+                       output_limit=int(self.settings.output_limit_kb * 1024), stack_file=stack,
                        environment=self.environment, cores=self._cores(), variables=tuple(os.environ.items()),
                        keep_going=self.settings.keep_going,
                        publish_limit=int(self.settings.publish_limit_mb * 2**20), scheduler=self.settings.scheduler)
