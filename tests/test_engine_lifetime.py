@@ -7,9 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -39,8 +41,10 @@ while True:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
 def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
     """The forkserver, the page's process and what it started end with the build on any signal,
-    and so does the temporary folder the page made, which a killed build cannot remove itself."""
+    and so do the temporary folders a killed build cannot remove itself: the page's, and the one
+    holding the forkserver's socket."""
     pids_file, temp_file = tmp_path / "pids.json", tmp_path / "temp.txt"
+    temp = Path(tempfile.mkdtemp(prefix="killed-"))  # short: the forkserver's socket is made in it
     site = make_site(tmp_path / "site", {"index.md": "# Home\n",
                                          "spin.md": SPINNER.format(pids=str(pids_file), temp=str(temp_file))})
     # a process: the signal ends the build itself
@@ -48,7 +52,7 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
         if sig != signal.SIGKILL:
             signal.signal(sig, signal.SIG_DFL)
 
-    build = subprocess.Popen([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(),
+    build = subprocess.Popen([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(TMPDIR=str(temp)),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_action)
     pids: list[int] = []
     try:
@@ -59,8 +63,10 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, sig):
         assert build.wait() in (-sig, 128 + sig), f"the build exited with {build.returncode}"
         until(lambda: all(map(gone, pids)), "the forkserver, the worker and its sleeper to end", bound_s=60)
         assert not Path(temp_file.read_text()).exists(), "the page's temporary folder was left"
+        assert not list(temp.iterdir()), "the build's temporary folders were left"  # removed before the forkserver ends
     finally:
         kill_quietly(pids)
+        shutil.rmtree(temp)
 
 
 def test_a_process_left_in_a_new_session_fails_the_page_and_holds_no_output_of_the_build(tmp_path):
