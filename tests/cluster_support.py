@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +23,11 @@ BOUND_S = 120  # stops a cluster that would otherwise never start or stop; never
 @contextlib.contextmanager
 def dask_cluster(folder: Path) -> Iterator[str]:
     """A `dask scheduler` process and a `dask worker` process with two single-threaded worker
-    processes; the scheduler's address, once both have joined. Their log is `folder/cluster.log`."""
-    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False"}
+    processes; the scheduler's address, once both have joined. Their log is `folder/cluster.log`.
+    Their TMPDIR is removed after them: Dask ends its worker processes without their exit handlers,
+    which would remove multiprocessing's pymp-* folder (there, that of the forkserver's socket)."""
+    temp = Path(tempfile.mkdtemp(prefix="cluster-"))  # short: the forkserver's socket is made in it
+    env = {**os.environ, "DASK_DISTRIBUTED__WORKER__DAEMON": "False", "TMPDIR": str(temp)}
     dask = [sys.executable, "-m", "dask"]
     file, log = folder / "scheduler.json", (folder / "cluster.log").open("w")
     processes = [subprocess.Popen([*dask, "scheduler", "--scheduler-file", str(file), "--host", "127.0.0.1",
@@ -44,6 +49,7 @@ def dask_cluster(folder: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 kill_quietly([process.pid])
         log.close()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def pages_run_on(address: str) -> int:

@@ -4,9 +4,12 @@ import functools
 import http.server
 import itertools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -160,6 +163,16 @@ def lessonlib_cli():
     """`python -m lessonlib ARGS` in a fixture site, in this process: lessonlib_cli(site, *args, **variables)."""
     yield fixture_sites.cli_here
     _no_page_process_left()
+
+
+@pytest.fixture
+def killed_build_temp() -> Iterator[Path]:
+    """The TMPDIR of a build the test kills, removed afterwards with what that build could not
+    remove: multiprocessing's pymp-* folder, which only the process that made it removes. Short:
+    the forkserver's socket is made in it."""
+    temp = Path(tempfile.mkdtemp(prefix="killed-"))
+    yield temp
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def _no_page_process_left() -> None:

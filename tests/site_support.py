@@ -7,6 +7,7 @@ import filecmp
 import shlex
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,8 +48,10 @@ def kill_quietly(pids: list[int]) -> None:
 
 def can_mount_tmpfs() -> bool:
     """A user namespace may mount a tmpfs (a small one is a full disk; a read-only one is read-only)."""
-    return shutil.which("unshare") is not None and subprocess.run(
-        ["unshare", "-rm", "sh", "-c", 'mount -t tmpfs tmpfs "$(mktemp -d)"'], capture_output=True).returncode == 0
+    if shutil.which("unshare") is None:
+        return False
+    with tempfile.TemporaryDirectory() as folder:  # the mount ends with its namespace: the folder is empty again
+        return subprocess.run(["unshare", "-rm", "mount", "-t", "tmpfs", "tmpfs", folder], capture_output=True).returncode == 0
 
 
 def with_cache_on_tmpfs(args: list[str], cwd: Path, cache: Path, options: str) -> subprocess.CompletedProcess:

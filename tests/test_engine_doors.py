@@ -185,7 +185,7 @@ def _cold_build(folder: Path, variables: dict[str, str]) -> Path:
     return site / "site"
 
 
-def test_a_run_killed_while_its_page_runs_leaves_the_page_to_run_again(tmp_path, lessonlib_cli):
+def test_a_run_killed_while_its_page_runs_leaves_the_page_to_run_again(tmp_path, lessonlib_cli, killed_build_temp):
     """The killed run held the page's lock and stored nothing: the next run neither waits for
     it nor reads a result of it; it runs the page, and stores what the run after it reads."""
     log, go = tmp_path / "runs.log", tmp_path / "go"
@@ -193,7 +193,7 @@ def test_a_run_killed_while_its_page_runs_leaves_the_page_to_run_again(tmp_path,
             f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\nprint('page done')\n```\n")
     site = make_site(tmp_path / "site", {"held.md": page})
     # a process: it is killed
-    victim = subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, env=environment(),
+    victim = subprocess.Popen([*LESSONLIB, "run", "docs/held.md"], cwd=site, env=environment(TMPDIR=str(killed_build_temp)),
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     until(lambda: log.exists() and log.read_text().endswith("\n"), "the victim's page to be running (holding its lock)")
     victim.send_signal(signal.SIGKILL)

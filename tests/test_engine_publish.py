@@ -96,11 +96,11 @@ while True:
 """
 
 
-def build_editing_b(tmp_path: Path, site: Path, new_b: str) -> subprocess.Popen:
+def build_editing_b(tmp_path: Path, site: Path, new_b: str, **variables: str) -> subprocess.Popen:
     """A build whose page A holds until B reads `new_b`: an edit made while the build runs."""
     started, go = tmp_path / "a-started", tmp_path / "go"
     (site / "docs/a.md").write_text(HOLDS.format(started=str(started), go=str(go)))
-    build = subprocess.Popen(MKDOCS_BUILD, cwd=site, env=environment(), stdout=subprocess.PIPE,
+    build = subprocess.Popen(MKDOCS_BUILD, cwd=site, env=environment(**variables), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     until(started.exists, "page a to run")
     (site / "docs/b.md").write_text(new_b)
@@ -119,14 +119,15 @@ def test_a_page_edited_during_the_build_that_fails_leaves_the_site_as_it_was(tmp
     assert tree(site / "site") == before
 
 
-def test_a_build_killed_while_it_renders_leaves_the_site_as_it_was_and_the_next_cleans_up(tmp_path, build):
+def test_a_build_killed_while_it_renders_leaves_the_site_as_it_was_and_the_next_cleans_up(tmp_path, build,
+                                                                                          killed_build_temp):
     flag = tmp_path / "rendering"
     site = make_site(tmp_path / "s", {"index.md": "# Home\n", "good.md": GOOD, "b.md": "```python exec\nx = 1\n```\n"})
     assert build(site).returncode == 0
     before = tree(site / "site")
 
     # a process: it is killed
-    victim = build_editing_b(tmp_path, site, SLOW_B.format(flag=str(flag)))
+    victim = build_editing_b(tmp_path, site, SLOW_B.format(flag=str(flag)), TMPDIR=str(killed_build_temp))
     until(flag.exists, "page b to run while the site renders")
     victim.send_signal(signal.SIGKILL)
     victim.wait()

@@ -3,6 +3,7 @@ that needs no GPU to be checked: reading `python -m lessonlib run` output and co
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,10 +19,16 @@ SCRIPT = ROOT / "scripts" / "gpu_check"
 gpu_check = script_modules.load("gpu_check")
 
 
+def _gpu_check(temp: Path, *args: str) -> subprocess.CompletedProcess:
+    """scripts/gpu_check with a TMPDIR of its own, `temp`."""
+    temp.mkdir()
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(temp)})
+
+
 def test_dry_run_prints_every_step_and_runs_nothing(tmp_path):
     report = tmp_path / "report.md"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--report", str(report)],
-                            capture_output=True, text=True, timeout=60)
+    result = _gpu_check(tmp_path / "temp", "--dry-run", "--report", str(report))
     assert result.returncode == 0, result.stderr
     for step in ("tests", "pages-cpu", "pages-cuda", "build", "memory", "bench"):
         assert f". {step}: " in result.stdout
@@ -29,17 +36,16 @@ def test_dry_run_prints_every_step_and_runs_nothing(tmp_path):
     assert "scripts/bench_memory_task.py" in result.stdout and "scripts/bench_build.py" in result.stdout
     for page in page_runs.pages():
         assert page in result.stdout
-    assert not report.exists()
+    assert not report.exists() and not any((tmp_path / "temp").iterdir())
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 def test_without_cuda_it_stops_and_says_so(tmp_path):
     report = tmp_path / "report.md"
-    result = subprocess.run([sys.executable, str(SCRIPT), "--python", sys.executable, "--report", str(report)],
-                            capture_output=True, text=True, timeout=120)
+    result = _gpu_check(tmp_path / "temp", "--python", sys.executable, "--report", str(report))
     assert result.returncode == 2
     assert "no CUDA device" in result.stderr and "--dry-run" in result.stderr
-    assert not report.exists()
+    assert not report.exists() and not any((tmp_path / "temp").iterdir())
 
 
 def test_numbers_are_read_as_printed():

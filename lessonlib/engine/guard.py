@@ -11,7 +11,6 @@ keeps the forkserver from build to build).
 from __future__ import annotations
 
 import glob
-import multiprocessing.forkserver
 import os
 import shutil
 import signal
@@ -29,17 +28,9 @@ def _end_everything(signum: int, frame: object) -> None:
     build = build_pid()
     if build and build != str(os.getppid()):  # the build is gone: it removes its folders itself unless killed
         pattern = os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(pages_temp_prefix(build)) + "*")
-        for folder in [*glob.glob(pattern), *_listener_folder()]:
+        for folder in glob.glob(pattern):
             shutil.rmtree(folder, ignore_errors=True)
     os._exit(128 + signum)
-
-
-def _listener_folder() -> list[str]:
-    """The folder of the socket this forkserver listens on: the build made it (multiprocessing's
-    pymp-*, which its exit handlers remove) and, killed, leaves it."""
-    address = getattr(getattr(multiprocessing.forkserver, "_forkserver", None), "_forkserver_address", None)
-    folder = os.path.dirname(address) if isinstance(address, str) else ""
-    return [folder] if os.path.basename(folder).startswith("pymp-") else []
 
 
 def _in_a_worker() -> None:
