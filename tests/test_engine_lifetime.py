@@ -65,6 +65,42 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, killed_
         kill_quietly(pids)
 
 
+LINGERING_BUILD = """\
+import os, signal, tempfile, threading, time
+from lessonlib.engine.builder import pool
+from lessonlib.engine.config import pages_temp_prefix
+from lessonlib.engine.worker import lifetime
+
+tempfile.mkdtemp(prefix=pages_temp_prefix(os.getpid()))
+release = threading.Event()
+starter = threading.Thread(target=lambda: (pool.start_template(), release.wait()))
+starter.start()
+def guarded(pid):  # the forkserver's guard catches SIGTERM
+    with open(f"/proc/{pid}/status") as f:
+        caught = next(line.split()[1] for line in f if line.startswith("SigCgt:"))
+    return int(caught, 16) >> (signal.SIGTERM - 1) & 1
+while not (lifetime.forkserver_pid() and guarded(lifetime.forkserver_pid())):
+    time.sleep(0.01)
+print(lifetime.forkserver_pid(), flush=True)
+release.set()
+starter.join()  # the kernel tells the forkserver now, while this thread lives on
+time.sleep(1)
+os._exit(0)  # then the build ends without removing its folder, as a killed one does
+"""
+
+
+def test_a_build_whose_last_thread_ends_after_the_forkserver_is_told_still_has_its_folder_removed(killed_build_temp):
+    """The kernel tells the forkserver when the build's thread that started it ends (a Dask
+    worker's keeper thread); a killed build's other threads may end a moment later. The
+    forkserver waits for the build to be gone, then removes its pages' folder."""
+    build = subprocess.run([sys.executable, "-c", LINGERING_BUILD], env=environment(TMPDIR=str(killed_build_temp)),
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    forkserver = int(build.stdout)
+    until(lambda: gone(forkserver), "the forkserver to end", bound_s=60)
+    assert not list(killed_build_temp.glob("lessonlib-pages-*")), "the build's pages' folder was left"
+
+
 def test_a_process_left_in_a_new_session_fails_the_page_and_holds_no_output_of_the_build(tmp_path):
     pid_file = tmp_path / "sleeper"
     page = (f"# Leaves one\n\n```python exec\nimport subprocess\np = subprocess.Popen(['sleep', '1000'], "

@@ -16,21 +16,35 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 
 from lessonlib.engine.config import build_pid, pages_temp_prefix
 from lessonlib.engine.worker import lifetime
 
 _SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+GONE_SECONDS = 10  # a bound only: a build whose thread ended but which lives on keeps its folders
 
 
 def _end_everything(signum: int, frame: object) -> None:
     lifetime.end_processes(os.getpid(), include_root=False)
     build = build_pid()
-    if build and build != str(os.getppid()):  # the build is gone: it removes its folders itself unless killed
+    if build and _gone(build):  # it removes its folders itself unless killed
         pattern = os.path.join(glob.escape(tempfile.gettempdir()), glob.escape(pages_temp_prefix(build)) + "*")
         for folder in glob.glob(pattern):
             shutil.rmtree(folder, ignore_errors=True)
     os._exit(128 + signum)
+
+
+def _gone(build: str) -> bool:
+    """Whether the build has ended. The kernel signals this process when the build's thread that
+    started it ends; when the whole build is being killed, its other threads may still be ending,
+    and this process their child, for a moment: wait for that moment to pass."""
+    deadline = time.monotonic() + GONE_SECONDS
+    while build == str(os.getppid()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 def _in_a_worker() -> None:
