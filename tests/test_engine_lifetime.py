@@ -41,7 +41,6 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, killed_
     """The forkserver, the page's process and what it started end with the build on any signal,
     and so does the pages' temporary folder, which a killed build cannot remove itself."""
     pids_file, temp_file = tmp_path / "pids.json", tmp_path / "temp.txt"
-    temp = killed_build_temp
     site = make_site(tmp_path / "site", {"index.md": "# Home\n",
                                          "spin.md": SPINNER.format(pids=str(pids_file), temp=str(temp_file))})
     # a process: the signal ends the build itself
@@ -49,7 +48,7 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, killed_
         if sig != signal.SIGKILL:
             signal.signal(sig, signal.SIG_DFL)
 
-    build = subprocess.Popen([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(TMPDIR=str(temp)),
+    build = subprocess.Popen([sys.executable, "-m", "mkdocs", "build"], cwd=site, env=environment(TMPDIR=str(killed_build_temp)),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=default_action)
     pids: list[int] = []
     try:
@@ -60,7 +59,7 @@ def test_every_process_ends_with_the_build_however_it_is_ended(tmp_path, killed_
         assert build.wait() in (-sig, 128 + sig), f"the build exited with {build.returncode}"
         until(lambda: all(map(gone, pids)), "the forkserver, the worker and its sleeper to end", bound_s=60)
         assert not Path(temp_file.read_text()).exists(), "the page's temporary folder was left"
-        assert not list(temp.glob("lessonlib-pages-*")), "the pages' temporary folder was left"
+        assert not list(killed_build_temp.glob("lessonlib-pages-*")), "the pages' temporary folder was left"
     finally:
         kill_quietly(pids)
 
