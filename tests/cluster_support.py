@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -15,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from distributed import Client
-from site_support import kill_quietly, until
+from site_support import kill_quietly, remove_when_unused, until
 
 BOUND_S = 120  # stops a cluster that would otherwise never start or stop; never a measure of speed
 
@@ -49,7 +48,7 @@ def dask_cluster(folder: Path) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 kill_quietly([process.pid])
         log.close()
-        shutil.rmtree(temp, ignore_errors=True)
+        remove_when_unused(temp)
 
 
 def pages_run_on(address: str) -> int:

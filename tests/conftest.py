@@ -4,7 +4,6 @@ import functools
 import http.server
 import itertools
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,7 @@ import pytest
 import reused_passes
 import torch
 from browser_support import Reader
+from site_support import remove_when_unused
 
 from lessonlib.engine.worker import lifetime
 
@@ -167,12 +167,12 @@ def lessonlib_cli():
 
 @pytest.fixture
 def killed_build_temp() -> Iterator[Path]:
-    """The TMPDIR of a build the test kills, removed afterwards with what that build could not
-    remove: multiprocessing's pymp-* folder, which only the process that made it removes. Short:
-    the forkserver's socket is made in it."""
+    """The TMPDIR of a build the test kills or stops, removed afterwards with what that build
+    could not remove (multiprocessing's pymp-* folder, which only the process that made it
+    removes), once the build's last process has ended. Short: the forkserver's socket is made in it."""
     temp = Path(tempfile.mkdtemp(prefix="killed-"))
     yield temp
-    shutil.rmtree(temp, ignore_errors=True)
+    remove_when_unused(temp)
 
 
 def _no_page_process_left() -> None:

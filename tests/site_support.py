@@ -46,6 +46,25 @@ def kill_quietly(pids: list[int]) -> None:
             pass
 
 
+def remove_when_unused(temp: Path, bound_s: float = 60) -> None:
+    """Remove `temp`, the TMPDIR of processes a test ended, once none of them is left: a build's
+    template (the forkserver) outlives it a moment, removing its pages' folders, and first writes
+    and deletes a file there (tempfile's check that the folder is writable). Found by their
+    environment, which every process of the build inherits; a zombie has ended."""
+    def users() -> list[int]:
+        found = []
+        for process in psutil.process_iter():
+            try:
+                if process.environ().get("TMPDIR") == str(temp):
+                    found.append(process.pid)
+            except psutil.Error:  # gone, a zombie, or not ours
+                pass
+        return found
+
+    until(lambda: not users(), f"the processes whose TMPDIR is {temp} to end", bound_s)
+    shutil.rmtree(temp)
+
+
 def can_mount_tmpfs() -> bool:
     """A user namespace may mount a tmpfs (a small one is a full disk; a read-only one is read-only)."""
     if shutil.which("unshare") is None:

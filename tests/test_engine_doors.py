@@ -5,12 +5,10 @@ from __future__ import annotations
 import contextlib
 import filecmp
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -219,16 +217,14 @@ def test_a_warm_build_does_not_import_torch(tmp_path, build):
 
 
 def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes_and_keeps_its_site_when_a_rebuild_fails(
-        tmp_path):
+        tmp_path, killed_build_temp):
     """mkdocs serve builds into a temporary folder (under TMPDIR) and serves it; a rebuild that
     fails its strict check must leave it as the last good build made it."""
     page = "```python exec\nvalue = open('../data/value.txt').read().strip()\n```\n\nThe value is `{py} value`.\n"
     site = make_site(tmp_path / "s", {"index.md": "# Home\n", "reads.md": page})
     (site / "data").mkdir()
     (site / "data" / "value.txt").write_text("first\n")
-    # Not under tmp_path: the forkserver's socket lives under TMPDIR, and a socket's path has at
-    # most 107 bytes (pytest-xdist's tmp_path took it past that).
-    temp, log = Path(tempfile.mkdtemp(prefix="serve-")), tmp_path / "serve.log"
+    temp, log = killed_build_temp, tmp_path / "serve.log"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -255,4 +251,3 @@ def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes_and_keeps
     finally:
         server.terminate()
         server.wait()
-        shutil.rmtree(temp)

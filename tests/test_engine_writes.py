@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -324,13 +322,13 @@ subprocess.run(['sh', '-c', 'cd .. && echo x >> docs/data.txt'], check=True)
 """
 
 
-def test_under_serve_a_page_that_writes_its_own_input_stops_rebuilding_after_one(tmp_path):
+def test_under_serve_a_page_that_writes_its_own_input_stops_rebuilding_after_one(tmp_path, killed_build_temp):
     """The issue's case rebuilt 48 times in a minute. After the author's edit, one build runs
     (and changes the file), the rebuild its change asks for stops in one line, and no other
     follows until the author changes a file again."""
     site = make_site(tmp_path / "s", {"index.md": "# Home\n", "loop.md": WRITES_ITS_INPUT})
     (site / "docs/data.txt").write_text("x\n")
-    temp, log = Path(tempfile.mkdtemp(prefix="serve-")), tmp_path / "serve.log"  # short: the forkserver's socket
+    log = tmp_path / "serve.log"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -347,7 +345,8 @@ def test_under_serve_a_page_that_writes_its_own_input_stops_rebuilding_after_one
 
     with log.open("w") as err:  # a process: serve runs until it is stopped, rebuilding meanwhile
         server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site,
-                                  env=environment(TMPDIR=str(temp)), stdout=subprocess.DEVNULL, stderr=err)
+                                  env=environment(TMPDIR=str(killed_build_temp)), stdout=subprocess.DEVNULL,
+                                  stderr=err)
     try:
         until(served, "the first build")
         with (site / "docs/data.txt").open("a") as f:
@@ -360,4 +359,3 @@ def test_under_serve_a_page_that_writes_its_own_input_stops_rebuilding_after_one
     finally:
         server.terminate()
         server.wait()
-        shutil.rmtree(temp)
