@@ -54,7 +54,8 @@ PASSED_ON = ("HOME", "LANG", "TMPDIR", "http_proxy", "https_proxy", "no_proxy", 
 @pytest.fixture(scope="session")
 def fresh_kernels(request, tmp_path_factory) -> Path:
     """A Jupyter path whose kernel KERNEL runs a fresh venv's Python with the bare environment
-    above: ipykernel (pinned) and nothing of the project."""
+    above: ipykernel (pinned) and nothing of the project. The tests ask for it before `site`:
+    without --fresh-notebooks they skip here, before the site is built for them."""
     if not request.config.getoption("--fresh-notebooks"):
         pytest.skip("the fresh-venv notebook runs take about 20 minutes on 2 cores, more than the suite's "
                     "budget: scripts/check_notebooks (pytest --fresh-notebooks) runs them")
@@ -98,7 +99,7 @@ def run_downloaded(site, name: str, kernels: Path, tmp_path: Path, monkeypatch, 
 
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("name", LESSONS)
-def test_a_downloaded_lesson_runs_anywhere_and_prints_what_its_page_printed(site, fresh_kernels, tmp_path, monkeypatch, name):
+def test_a_downloaded_lesson_runs_anywhere_and_prints_what_its_page_printed(fresh_kernels, site, tmp_path, monkeypatch, name):
     published, ran = run_downloaded(site, name, fresh_kernels, tmp_path, monkeypatch)
     compared = 0
     for want, got in zip(published.cells, ran.cells, strict=True):
@@ -118,7 +119,7 @@ def test_a_downloaded_lesson_runs_anywhere_and_prints_what_its_page_printed(site
 
 @pytest.mark.timeout(2400)
 @pytest.mark.parametrize("name", sorted(EXERCISES))
-def test_a_downloaded_exercise_runs_anywhere_with_its_solutions(site, fresh_kernels, tmp_path, monkeypatch, name):
+def test_a_downloaded_exercise_runs_anywhere_with_its_solutions(fresh_kernels, site, tmp_path, monkeypatch, name):
     published, ran = run_downloaded(site, name, fresh_kernels, tmp_path, monkeypatch, EXERCISES[name])
     assert published.cells[0].metadata.tags == ["install"]
     report = "".join(text(c) for c in ran.cells)
