@@ -3,6 +3,7 @@ bytes, how two built sites differ, a build whose cache folder is a tiny (full) o
 file system, and what Material's search indexes of a page's HTML."""
 from __future__ import annotations
 
+import contextlib
 import filecmp
 import shlex
 import shutil
@@ -51,17 +52,14 @@ def remove_when_unused(temp: Path, bound_s: float = 60) -> None:
     template (the forkserver) outlives it a moment, removing its pages' folders, and first writes
     and deletes a file there (tempfile's check that the folder is writable). Found by their
     environment, which every process of the build inherits; a zombie has ended."""
-    def users() -> list[int]:
-        found = []
+    def in_use() -> bool:
         for process in psutil.process_iter():
-            try:
+            with contextlib.suppress(psutil.Error):  # gone, a zombie, or not ours
                 if process.environ().get("TMPDIR") == str(temp):
-                    found.append(process.pid)
-            except psutil.Error:  # gone, a zombie, or not ours
-                pass
-        return found
+                    return True
+        return False
 
-    until(lambda: not users(), f"the processes whose TMPDIR is {temp} to end", bound_s)
+    until(lambda: not in_use(), f"the processes whose TMPDIR is {temp} to end", bound_s)
     shutil.rmtree(temp)
 
 

@@ -224,7 +224,7 @@ def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes_and_keeps
     site = make_site(tmp_path / "s", {"index.md": "# Home\n", "reads.md": page})
     (site / "data").mkdir()
     (site / "data" / "value.txt").write_text("first\n")
-    temp, log = killed_build_temp, tmp_path / "serve.log"
+    log = tmp_path / "serve.log"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -238,12 +238,13 @@ def test_serve_rebuilds_when_a_file_the_page_read_outside_docs_changes_and_keeps
 
     with log.open("w") as err:  # a process: serve runs until it is stopped, rebuilding meanwhile
         server = subprocess.Popen([sys.executable, "-m", "mkdocs", "serve", "-a", f"127.0.0.1:{port}"], cwd=site,
-                                  env=environment(TMPDIR=str(temp)), stdout=subprocess.DEVNULL, stderr=err)
+                                  env=environment(TMPDIR=str(killed_build_temp)), stdout=subprocess.DEVNULL,
+                                  stderr=err)
     try:
         until(lambda: page_shows("The value is first."), "the first build")
         (site / "data" / "value.txt").write_text("second\n")
         until(lambda: page_shows("The value is second."), "the rebuild for the file outside docs")
-        (served,) = temp.glob("mkdocs_*")
+        (served,) = killed_build_temp.glob("mkdocs_*")
         before = tree(served)
         (site / "docs/reads.md").write_text(page.replace("The value is", "Its value is") + "\nSee [the missing page](missing.md).\n")
         until(lambda: "An error happened during the rebuild" in log.read_text(), "the failed rebuild")
